@@ -1,0 +1,30 @@
+"""The HTTP API: ``create_app(settings)`` builds a Flask app serving ``/v1/...``.
+
+One blueprint module per URL noun; one error table (``errors.py``); authentication, scopes and
+per-key rate limits as hooks (``auth.py``). Called by ``agentauth serve`` (through gunicorn),
+by ``api.wsgi`` for other WSGI servers, and by the tests.
+"""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from core.clock import Clock, utc_now
+from core.config import Settings
+from core.db import Database
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Flask:
+    from api import agents, api_keys, auth, errors, meta, policies
+    from api.context import Services
+
+    settings = settings or Settings.from_env()
+    app = Flask("agentauth")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["agentauth"] = Services(settings, Database(settings), clock or utc_now)
+    errors.register(app)
+    auth.register(app)
+    for module in (meta, agents, policies, api_keys):
+        app.register_blueprint(module.bp)
+    return app

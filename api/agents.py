@@ -1,0 +1,58 @@
+"""``/v1/agents``: create, list, read, update (status included), delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response
+
+from api.auth import requires
+from api.context import now, principal, services
+from api.params import path_id, read_body, read_paging, read_query
+from core import agents
+from core.keys import Scope
+
+bp = Blueprint("agents", __name__, url_prefix="/v1/agents")
+
+
+@bp.post("")
+@requires(Scope.ADMIN)
+def create() -> tuple[dict[str, Any], int]:
+    body = read_body("agent.json#/$defs/create")
+    with services().db.transaction(write=True) as session:
+        agent = agents.create_agent(session, principal().workspace_id, body, now())
+        return agents.serialize_agent(agent), 201
+
+
+@bp.get("")
+def list_() -> dict[str, Any]:
+    limit, offset = read_paging(read_query({"limit", "offset"}), max_limit=200)
+    with services().db.transaction() as session:
+        page = agents.list_agents(session, principal().workspace_id, limit, offset)
+        return page.envelope(agents.serialize_agent)
+
+
+@bp.get("/<agent_id>")
+def get(agent_id: str) -> dict[str, Any]:
+    with services().db.transaction() as session:
+        agent = agents.get_agent(session, principal().workspace_id, path_id(agent_id))
+        return agents.serialize_agent(agent)
+
+
+@bp.patch("/<agent_id>")
+@requires(Scope.ADMIN)
+def update(agent_id: str) -> dict[str, Any]:
+    wanted = path_id(agent_id)
+    body = read_body("agent.json#/$defs/update")
+    with services().db.transaction(write=True) as session:
+        agent = agents.update_agent(session, principal().workspace_id, wanted, body, now())
+        return agents.serialize_agent(agent)
+
+
+@bp.delete("/<agent_id>")
+@requires(Scope.ADMIN)
+def delete(agent_id: str) -> Response:
+    wanted = path_id(agent_id)
+    with services().db.transaction(write=True) as session:
+        agents.delete_agent(session, principal().workspace_id, wanted)
+    return Response(status=204)

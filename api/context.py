@@ -1,0 +1,39 @@
+"""What a request handler reaches for: the app's settings, database and clock, and the caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from flask import current_app, g
+
+from core.clock import Clock
+from core.config import Settings
+from core.db import Database
+from core.keys import Principal
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: Settings
+    db: Database
+    clock: Clock
+
+
+def services() -> Services:
+    found: Services = current_app.extensions["agentauth"]
+    return found
+
+
+def principal() -> Principal:
+    """The authenticated caller (set by the auth hook before any protected view runs)."""
+    found: Principal = g.principal
+    return found
+
+
+def now() -> datetime:
+    """One reading of the clock per request, so every timestamp of a request agrees."""
+    if "now" not in g:
+        g.now = services().clock()
+    moment: datetime = g.now
+    return moment

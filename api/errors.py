@@ -1,0 +1,89 @@
+"""The one table from error types to HTTP statuses, and the handlers that render every error,
+ours or Werkzeug's, as ``{"error": {"code", "message", "details"?}}``. Nothing leaks a traceback."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from core import errors
+
+log = logging.getLogger("agentauth.api")
+
+STATUS: dict[type[errors.AgentAuthError], int] = {
+    errors.ValidationError: 400,
+    errors.AuthError: 401,
+    errors.InsufficientScope: 403,
+    errors.NotFound: 404,
+    errors.MethodNotAllowed: 405,
+    errors.PayloadTooLarge: 413,
+    errors.RateLimited: 429,
+    errors.ConfigError: 500,
+    errors.StorageError: 500,
+}
+
+#: Werkzeug's own errors (routing, body size) in our vocabulary
+HTTP_CODES = {
+    400: "VALIDATION_ERROR",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "VALIDATION_ERROR",
+}
+
+
+def status_of(error: errors.AgentAuthError) -> int:
+    for kind in type(error).__mro__:
+        if kind in STATUS:
+            return STATUS[kind]  # type: ignore[index]
+    return 500
+
+
+def error_response(status: int, code: str, message: str, **extra: Any) -> Response:
+    body: dict[str, Any] = {"code": code, "message": message, **extra}
+    response = jsonify({"error": body})
+    response.status_code = status
+    return response
+
+
+def render(error: errors.AgentAuthError) -> Response:
+    extra: dict[str, Any] = {}
+    if isinstance(error, errors.ValidationError) and error.problems:
+        extra["details"] = [{"field": p.path, "message": p.message} for p in error.problems]
+    response = error_response(status_of(error), error.code, error.message, **extra)
+    if isinstance(error, errors.RateLimited):
+        response.headers["Retry-After"] = str(error.retry_after)
+    if isinstance(error, errors.StorageError):
+        log.error("storage error: %s", error.message, exc_info=error.__cause__)
+    return response
+
+
+def render_http(error: HTTPException) -> Response:
+    status = error.code or 500
+    code = HTTP_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST")
+    messages = {
+        404: "no such endpoint",
+        405: "method not allowed for this endpoint",
+        413: "request body is larger than the limit",
+    }
+    response = error_response(status, code, messages.get(status, error.description or code))
+    if status == 405:
+        allowed = error.get_headers().__iter__()
+        for name, value in allowed:
+            if name.lower() == "allow":
+                response.headers["Allow"] = value
+    return response
+
+
+def render_unexpected(error: Exception) -> Response:
+    log.error("unexpected error", exc_info=error)
+    return error_response(500, "INTERNAL_ERROR", "unexpected server error")
+
+
+def register(app: Flask) -> None:
+    app.register_error_handler(errors.AgentAuthError, render)
+    app.register_error_handler(HTTPException, render_http)
+    app.register_error_handler(Exception, render_unexpected)

@@ -1,0 +1,178 @@
+"""The OpenAPI 3.1 document of the whole API, built from the schema files in ``schemas/``: each
+file's ``$defs`` become ``components.schemas`` named ``file.def``, references rewritten."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from typing import Any
+
+from schemas import FILES, load_schema
+
+JSON = "application/json"
+
+
+def _component(file: str, name: str) -> str:
+    return f"{file.removesuffix('.json')}.{name}"
+
+
+def _rewrite(node: Any, file: str) -> Any:
+    if isinstance(node, dict):
+        out = {key: _rewrite(value, file) for key, value in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str):
+            target_file, _, pointer = ref.partition("#/$defs/")
+            out["$ref"] = "#/components/schemas/" + _component(target_file or file, pointer)
+        return out
+    if isinstance(node, list):
+        return [_rewrite(value, file) for value in node]
+    return node
+
+
+def _components() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for file in FILES:
+        for name, schema in load_schema(file).get("$defs", {}).items():
+            found[_component(file, name)] = _rewrite(copy.deepcopy(schema), file)
+    return found
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+def _envelope(item: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["data", "pagination"],
+        "properties": {
+            "data": {"type": "array", "items": ref(item)},
+            "pagination": ref("common.pagination"),
+        },
+    }
+
+
+ERRORS = {
+    "400": "invalid request body or query parameters",
+    "401": "key missing, malformed, invalid, revoked (UNAUTHORIZED) or expired (API_KEY_EXPIRED)",
+    "403": "the key's scope does not permit the operation (INSUFFICIENT_SCOPE)",
+    "404": "not found in the caller's workspace",
+    "429": "per-key rate limit exceeded (RATE_LIMITED); see Retry-After",
+}
+
+
+def _operation(
+    summary: str,
+    ok: dict[str, Any],
+    *,
+    body: str | None = None,
+    query: list[dict[str, Any]] | None = None,
+    path_id: bool = False,
+    admin: bool = False,
+) -> dict[str, Any]:
+    responses = dict(ok)
+    for status, text in ERRORS.items():
+        if status == "403" and not admin:
+            continue
+        if status == "404" and not (path_id or body):
+            continue
+        responses[status] = _json(ref("common.error"), text)
+    if body:
+        responses["413"] = _json(ref("common.error"), "request body over 1 MiB")
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    if admin:
+        op["description"] = "Needs an API key with the admin scope."
+    params = list(query or [])
+    if path_id:
+        params.append({"name": "id", "in": "path", "required": True, "schema": ref("common.uuid")})
+    if params:
+        op["parameters"] = params
+    if body:
+        op["requestBody"] = {"required": True, "content": {JSON: {"schema": ref(body)}}}
+    return op
+
+
+def _q(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+def _paging(maximum: int) -> list[dict[str, Any]]:
+    return [
+        _q("limit", {"type": "integer", "minimum": 1, "maximum": maximum, "default": 100}),
+        _q("offset", {"type": "integer", "minimum": 0, "maximum": 2_147_483_647, "default": 0}),
+    ]
+
+
+def _crud(noun: str, item: str, create: str, update: str | None) -> dict[str, Any]:
+    one = {"200": _json(ref(item), noun)}
+    paths: dict[str, Any] = {
+        "": {
+            "post": _operation(
+                f"create {noun}",
+                {"201": _json(ref(item), f"the new {noun}")},
+                body=create,
+                admin=True,
+            ),
+            "get": _operation(
+                f"list {noun}s", {"200": _json(_envelope(item), "one page")}, query=_paging(200)
+            ),
+        },
+        "/{id}": {
+            "delete": _operation(
+                f"delete {noun}", {"204": {"description": "deleted"}}, path_id=True, admin=True
+            ),
+        },
+    }
+    if update:
+        paths["/{id}"]["get"] = _operation(f"read {noun}", one, path_id=True)
+        paths["/{id}"]["patch"] = _operation(
+            f"update {noun}", one, body=update, path_id=True, admin=True
+        )
+    return paths
+
+
+@cache
+def document() -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for base, parts in (
+        ("/v1/agents", _crud("agent", "agent.agent", "agent.create", "agent.update")),
+        ("/v1/policies", _crud("policy", "policy.policy", "policy.create", "policy.update")),
+        ("/v1/api-keys", _crud("API key", "api-key.apiKey", "api-key.create", None)),
+    ):
+        for suffix, ops in parts.items():
+            paths[base + suffix] = ops
+    paths["/v1/policies"]["get"]["parameters"].append(_q("agent_id", ref("common.uuid")))
+    paths["/v1/api-keys"]["get"]["description"] = "Needs an API key with the admin scope."
+    paths["/v1/api-keys"]["get"]["responses"]["403"] = _json(ref("common.error"), ERRORS["403"])
+    paths["/healthz"] = {
+        "get": {
+            "summary": "liveness",
+            "security": [],
+            "responses": {"200": {"description": "alive"}},
+        }
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "agentauth",
+            "version": "1",
+            "description": "Authorization service for AI agents.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "schemas": _components(),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "svc_ + 32 hex characters",
+                }
+            },
+        },
+    }

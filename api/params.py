@@ -1,0 +1,127 @@
+"""Reading request input: JSON bodies (strict: UTF-8, no duplicate keys, no NaN, bounded
+depth, no NUL or lone surrogates, an object at the top) checked against the schema contract,
+and query strings (known names only, each once, paging bounds)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from flask import request
+
+from core.errors import ValidationError
+from core.validation import require_valid, require_uuid
+
+MAX_DEPTH = 64
+_DIGITS = re.compile(r"[0-9]{1,10}")
+MAX_OFFSET = 2_147_483_647
+
+
+def read_body(ref: str) -> dict[str, Any]:
+    """The request body as a dict valid against schema ``ref``, or ValidationError."""
+    if request.mimetype != "application/json" and not request.mimetype.endswith("+json"):
+        raise ValidationError.field("body", "Content-Type must be application/json")
+    raw = request.get_data(cache=True)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValidationError.field("body", "is not valid UTF-8") from None
+    return require_valid(ref, parse_json(text))
+
+
+def parse_json(text: str) -> Any:
+    """Strict JSON: ValidationError for anything a lenient parser would let through."""
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except RecursionError:
+        raise ValidationError.field("body", f"is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ValidationError.field("body", f"is not valid JSON: {_reason(exc)}") from None
+    _check_values(value)
+    if not isinstance(value, dict):
+        raise ValidationError.field("body", "must be a JSON object")
+    return value
+
+
+def _reason(exc: ValueError) -> str:
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:200]
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key[:64]!r}")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_values(value: Any) -> None:
+    """Depth, NUL characters, lone surrogates and infinite numbers, without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValidationError.field("body", f"is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                _check_string(key)
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            _check_string(item)
+        elif isinstance(item, float) and item in (float("inf"), float("-inf")):
+            raise ValidationError.field("body", "holds a number too large to represent")
+
+
+def _check_string(text: str) -> None:
+    if "\x00" in text:
+        raise ValidationError.field("body", "strings must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError.field("body", "strings must not contain lone surrogates") from None
+
+
+def read_query(allowed: set[str]) -> dict[str, str]:
+    """Query parameters by name; unknown names and repeated names are refused."""
+    out: dict[str, str] = {}
+    for name in request.args:
+        values = request.args.getlist(name)
+        if name not in allowed:
+            raise ValidationError.field(name, "unknown query parameter")
+        if len(values) > 1:
+            raise ValidationError.field(name, "must be given at most once")
+        out[name] = values[0]
+    return out
+
+
+def read_paging(query: dict[str, str], max_limit: int, default: int = 100) -> tuple[int, int]:
+    """``(limit, offset)`` with limit in 1..max_limit and offset >= 0."""
+    limit = _whole(query, "limit", default)
+    if not 1 <= limit <= max_limit:
+        raise ValidationError.field("limit", f"must be between 1 and {max_limit}")
+    offset = _whole(query, "offset", 0)
+    if offset > MAX_OFFSET:
+        raise ValidationError.field("offset", f"must be at most {MAX_OFFSET}")
+    return limit, offset
+
+
+def _whole(query: dict[str, str], name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not _DIGITS.fullmatch(raw):
+        raise ValidationError.field(name, "must be a whole number")
+    return int(raw)
+
+
+def path_id(value: str, field: str = "id") -> str:
+    """A UUID from the URL path: malformed is 400, well-formed but unknown is the caller's 404."""
+    return require_uuid(value, field)

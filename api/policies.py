@@ -1,0 +1,61 @@
+"""``/v1/policies``: create, list (optionally by agent), read, update, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response
+
+from api.auth import requires
+from api.context import now, principal, services
+from api.params import path_id, read_body, read_paging, read_query
+from core import policies
+from core.keys import Scope
+from core.validation import require_uuid
+
+bp = Blueprint("policies", __name__, url_prefix="/v1/policies")
+
+
+@bp.post("")
+@requires(Scope.ADMIN)
+def create() -> tuple[dict[str, Any], int]:
+    body = read_body("policy.json#/$defs/create")
+    with services().db.transaction(write=True) as session:
+        policy = policies.create_policy(session, principal().workspace_id, body, now())
+        return policies.serialize_policy(policy), 201
+
+
+@bp.get("")
+def list_() -> dict[str, Any]:
+    query = read_query({"agent_id", "limit", "offset"})
+    limit, offset = read_paging(query, max_limit=200)
+    agent_id = require_uuid(query["agent_id"], "agent_id") if "agent_id" in query else None
+    with services().db.transaction() as session:
+        page = policies.list_policies(session, principal().workspace_id, agent_id, limit, offset)
+        return page.envelope(policies.serialize_policy)
+
+
+@bp.get("/<policy_id>")
+def get(policy_id: str) -> dict[str, Any]:
+    with services().db.transaction() as session:
+        policy = policies.get_policy(session, principal().workspace_id, path_id(policy_id))
+        return policies.serialize_policy(policy)
+
+
+@bp.patch("/<policy_id>")
+@requires(Scope.ADMIN)
+def update(policy_id: str) -> dict[str, Any]:
+    wanted = path_id(policy_id)
+    body = read_body("policy.json#/$defs/update")
+    with services().db.transaction(write=True) as session:
+        policy = policies.update_policy(session, principal().workspace_id, wanted, body, now())
+        return policies.serialize_policy(policy)
+
+
+@bp.delete("/<policy_id>")
+@requires(Scope.ADMIN)
+def delete(policy_id: str) -> Response:
+    wanted = path_id(policy_id)
+    with services().db.transaction(write=True) as session:
+        policies.delete_policy(session, principal().workspace_id, wanted)
+    return Response(status=204)

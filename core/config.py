@@ -1,0 +1,65 @@
+"""Settings: the only place that reads the environment (variables prefixed ``AGENTAUTH_``).
+
+Built once at the edge (the CLI, the WSGI entry point, a test fixture) and passed down
+explicitly; nothing below reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from core.errors import ConfigError
+
+DEFAULT_DATABASE_URL = "sqlite:///agentauth.db"
+SQLITE_SYNC_MODES = ("FULL", "NORMAL", "OFF", "EXTRA")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the service is configured with.
+
+    ``sqlite_synchronous``: ``FULL`` (default) makes every acknowledged decision survive a power
+    loss; ``NORMAL`` is faster but may lose the last committed transactions on power loss (not
+    on a process crash).
+    """
+
+    database_url: str = DEFAULT_DATABASE_URL
+    rate_limit_per_minute: int = 600
+    max_body_bytes: int = 1024 * 1024
+    sqlite_synchronous: str = "FULL"
+    sqlite_busy_timeout_ms: int = 30_000
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``AGENTAUTH_*`` variables; keyword overrides that are not None win."""
+        env = os.environ if environ is None else environ
+        settings = cls(
+            database_url=env.get("AGENTAUTH_DATABASE_URL") or DEFAULT_DATABASE_URL,
+            rate_limit_per_minute=_int(env, "AGENTAUTH_RATE_LIMIT_PER_MINUTE", 600),
+            sqlite_synchronous=env.get("AGENTAUTH_SQLITE_SYNCHRONOUS", "FULL").upper(),
+        )
+        settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, with a message naming the variable."""
+        if self.rate_limit_per_minute < 1:
+            raise ConfigError("AGENTAUTH_RATE_LIMIT_PER_MINUTE must be at least 1")
+        if self.sqlite_synchronous not in SQLITE_SYNC_MODES:
+            raise ConfigError(
+                "AGENTAUTH_SQLITE_SYNCHRONOUS must be one of " + ", ".join(SQLITE_SYNC_MODES)
+            )
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None

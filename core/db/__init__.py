@@ -1,0 +1,106 @@
+"""Database access: the engine, transactions, and bringing the schema up to date.
+
+SQLite is the embedded default: WAL, ``synchronous=FULL`` (configurable), foreign keys on, a busy
+timeout, and ``BEGIN IMMEDIATE`` for write transactions so two writers queue on the lock instead
+of failing with "database is locked" after reading. PostgreSQL serves several instances.
+
+Callers use :meth:`Database.transaction`; commits happen there and nowhere else. SQLAlchemy
+errors are translated into :class:`core.errors.StorageError` at this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from core.config import Settings
+from core.errors import ConfigError, StorageError
+
+
+def normalize_url(url: str) -> str:
+    """``postgresql://`` and ``postgres://`` mean the psycopg 3 driver."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+class Database:
+    """One engine per process (engines must not cross a fork), and its sessions."""
+
+    def __init__(self, settings: Settings) -> None:
+        url = normalize_url(settings.database_url)
+        try:
+            parsed = make_url(url)
+        except SQLAlchemyError as exc:
+            raise ConfigError(f"invalid database URL: {exc}") from None
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        if not self.is_sqlite and parsed.get_backend_name() != "postgresql":
+            raise ConfigError("the database URL must be sqlite:///... or postgresql://...")
+        kwargs: dict[str, Any] = {"pool_pre_ping": not self.is_sqlite}
+        if not self.is_sqlite:
+            kwargs.update(pool_size=5, max_overflow=10)
+        self.engine: Engine = create_engine(url, **kwargs)
+        if self.is_sqlite:
+            _configure_sqlite(self.engine, settings)
+        self._write_engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+        self._reader = sessionmaker(bind=self.engine, expire_on_commit=False)
+        self._writer = sessionmaker(bind=self._write_engine, expire_on_commit=False)
+
+    @contextmanager
+    def transaction(self, *, write: bool = False) -> Iterator[Session]:
+        """A session in one transaction: committed when the block ends, rolled back on error.
+
+        ``write=True`` takes SQLite's write lock up front (``BEGIN IMMEDIATE``).
+        """
+        session = (self._writer if write else self._reader)()
+        try:
+            yield session
+            session.commit()
+        except SQLAlchemyError as exc:
+            session.rollback()
+            raise StorageError(_describe(exc)) from exc
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _describe(exc: SQLAlchemyError) -> str:
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return "the database connection was lost"
+    return "the database could not complete the request"
+
+
+def _configure_sqlite(engine: Engine, settings: Settings) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # the driver must not open transactions of its own: we emit BEGIN ourselves below
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={settings.sqlite_synchronous}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(settings.sqlite_busy_timeout_ms)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "")
+        connection.exec_driver_sql(f"BEGIN {mode}".strip())
+
+
+def check_connection(db: Database) -> None:
+    """Raise StorageError when the database cannot be reached."""
+    with db.transaction() as session:
+        session.execute(text("SELECT 1"))

@@ -1,0 +1,133 @@
+"""The tables, as typed SQLAlchemy 2.0 models. Migrations in ``migrations/`` create them.
+
+Workspaces own everything. Deleting an agent cascades to its policies and its audit entries
+(through ``audit_log.agent_ref``); the audit table is otherwise append-only, enforced by
+database triggers created in the migrations.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stored as naive UTC (portable across SQLite and PostgreSQL), returned as aware UTC."""
+
+    impl = DateTime(timezone=False)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSONType}
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    created_at: Mapped[datetime]
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[str] = mapped_column(String(64))  # comma-separated, sorted
+    expires_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+    __table_args__ = (Index("ix_agents_workspace_created", "workspace_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
+    name: Mapped[str] = mapped_column(String(255))
+    description: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    managed_by: Mapped[str | None] = mapped_column(String(16))
+    # bumped in the same transaction as any change to the agent's policies, so every process
+    # can tell from the agent row alone whether its compiled policies are current
+    policy_version: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class Policy(Base):
+    __tablename__ = "policies"
+    __table_args__ = (Index("ix_policies_workspace_created", "workspace_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    rules: Mapped[Any] = mapped_column(JSONType)
+    priority: Mapped[int] = mapped_column(Integer)
+    enabled: Mapped[bool]
+    managed_by: Mapped[str | None] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class AuditEntry(Base):
+    """One decision. ``agent_id`` is what the caller asked about (possibly no agent at all);
+    ``agent_ref`` links to the agent when it existed, and cascades its deletion."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        Index("ix_audit_workspace_time", "workspace_id", "timestamp", "id"),
+        Index("ix_audit_workspace_agent_time", "workspace_id", "agent_id", "timestamp", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
+    agent_id: Mapped[str] = mapped_column(String(36))
+    agent_ref: Mapped[str | None] = mapped_column(
+        ForeignKey("agents.id", ondelete="CASCADE"), index=True
+    )
+    key_id: Mapped[str | None] = mapped_column(String(36))
+    action: Mapped[str] = mapped_column(String(32))
+    tool_name: Mapped[str] = mapped_column(String(255))
+    parameters: Mapped[Any] = mapped_column(JSONType)
+    result: Mapped[str] = mapped_column(String(16))
+    policy_id: Mapped[str | None] = mapped_column(String(36))
+    rule_index: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    timestamp: Mapped[datetime]
+
+
+class Counter(Base):
+    """A fixed-window counter: per API key per minute, or per rate_limit rule per window."""
+
+    __tablename__ = "rate_counters"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    window_start: Mapped[int] = mapped_column(BigInteger)
+    count: Mapped[int] = mapped_column(Integer)

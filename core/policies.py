@@ -1,0 +1,101 @@
+"""Policies: create, read, update, delete within one workspace. Called by ``api/policies.py``
+and the controller. Every change bumps the owning agent's ``policy_version`` in the same
+transaction, which is how compiled-policy caches in every process learn of it; replacing a
+policy's rules resets its rate-limit counters."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from core import ids, limits
+from core.agents import bump_policy_version, get_agent, policy_counter_prefix
+from core.clock import isoformat
+from core.db.models import Policy
+from core.errors import PolicyNotFound
+from core.paging import Page, paginate
+
+
+def create_policy(
+    session: Session, workspace_id: str, body: dict[str, Any], now: datetime
+) -> Policy:
+    agent = get_agent(session, workspace_id, ids.normalize_uuid(body["agent_id"]), lock=True)
+    policy = Policy(
+        id=body.get("id") or ids.new_id(),
+        workspace_id=workspace_id,
+        agent_id=agent.id,
+        name=body["name"],
+        rules=body["rules"],
+        priority=int(body.get("priority", 0)),
+        enabled=body.get("enabled", True),
+        managed_by=body.get("managed_by"),
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(policy)
+    bump_policy_version(agent)
+    session.flush()
+    return policy
+
+
+def list_policies(
+    session: Session, workspace_id: str, agent_id: str | None, limit: int, offset: int
+) -> Page[Policy]:
+    query = select(Policy).where(Policy.workspace_id == workspace_id)
+    if agent_id is not None:
+        query = query.where(Policy.agent_id == agent_id)
+    return paginate(session, query.order_by(Policy.created_at, Policy.id), limit, offset)
+
+
+def get_policy(session: Session, workspace_id: str, policy_id: str) -> Policy:
+    """The policy, or PolicyNotFound (also for another workspace's policy)."""
+    policy = session.get(Policy, policy_id)
+    if policy is None or policy.workspace_id != workspace_id:
+        raise PolicyNotFound()
+    return policy
+
+
+def update_policy(
+    session: Session, workspace_id: str, policy_id: str, body: dict[str, Any], now: datetime
+) -> Policy:
+    """Change only the supplied fields; ``rules`` replaces the whole list."""
+    policy = get_policy(session, workspace_id, policy_id)
+    agent = get_agent(session, workspace_id, policy.agent_id, lock=True)
+    if "rules" in body:
+        policy.rules = body["rules"]
+        limits.reset(session, policy_counter_prefix(policy.id))
+    if "priority" in body:
+        policy.priority = int(body["priority"])
+    for field in ("name", "enabled", "managed_by"):
+        if field in body:
+            setattr(policy, field, body[field])
+    policy.updated_at = now
+    bump_policy_version(agent)
+    session.flush()
+    return policy
+
+
+def delete_policy(session: Session, workspace_id: str, policy_id: str) -> None:
+    policy = get_policy(session, workspace_id, policy_id)
+    agent = get_agent(session, workspace_id, policy.agent_id, lock=True)
+    limits.reset(session, policy_counter_prefix(policy.id))
+    session.delete(policy)
+    bump_policy_version(agent)
+    session.flush()
+
+
+def serialize_policy(policy: Policy) -> dict[str, Any]:
+    return {
+        "id": policy.id,
+        "agentId": policy.agent_id,
+        "name": policy.name,
+        "rules": policy.rules,
+        "priority": policy.priority,
+        "enabled": policy.enabled,
+        "managedBy": policy.managed_by,
+        "createdAt": isoformat(policy.created_at),
+        "updatedAt": isoformat(policy.updated_at),
+    }
