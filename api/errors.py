@@ -38,7 +38,7 @@ HTTP_CODES = {
 def status_of(error: errors.AgentAuthError) -> int:
     for kind in type(error).__mro__:
         if kind in STATUS:
-            return STATUS[kind]  # type: ignore[index]
+            return STATUS[kind]
     return 500
 
 

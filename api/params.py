@@ -11,7 +11,7 @@ from typing import Any
 from flask import request
 
 from core.errors import ValidationError
-from core.validation import require_valid, require_uuid
+from core.validation import require_uuid, require_valid
 
 MAX_DEPTH = 64
 _DIGITS = re.compile(r"[0-9]{1,10}")

@@ -40,5 +40,7 @@ def serve(settings: Settings, host: str, port: int, workers: int, threads: int) 
         "graceful_timeout": 20,
         "timeout": 60,
         "proc_name": "agentauth",
+        # several servers may run on one machine (tests, benchmarks): no shared control socket
+        "control_socket_disable": True,
     }
     _Server(settings, options).run()

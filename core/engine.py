@@ -204,6 +204,8 @@ def evaluate(
 ) -> Decision:
     """The decision for one tool call (decisions §1). ``policies`` come from
     :func:`order_policies`; ``now`` must be timezone-aware."""
+    if now.tzinfo is None:  # a naive instant would silently mean the host's local time
+        raise ValueError("now must be a timezone-aware datetime")
     pending: list[RateLimitRef] = []
     for policy in policies:
         if not policy.enabled:

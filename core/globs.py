@@ -47,7 +47,7 @@ def compile_tools(patterns: Sequence[str] | None) -> ToolMatcher | None:
     def matches_any(name: str) -> bool:
         if name in literals or name.startswith(prefixes) or name.endswith(suffixes):
             return True
-        for glob in globs:
+        for glob in globs:  # noqa: SIM110 - a plain loop; any() over a generator costs more here
             if glob(name):
                 return True
         return False

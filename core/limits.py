@@ -22,13 +22,13 @@ def consume(session: Session, name: str, window_start: int, maximum: int) -> int
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     table = Counter.__table__
-    stmt = insert(table).values(name=name, window_start=window_start, count=1)
-    same_window = table.c.window_start == stmt.excluded.window_start
-    stmt = stmt.on_conflict_do_update(
+    upsert = insert(Counter).values(name=name, window_start=window_start, count=1)
+    same_window = table.c.window_start == upsert.excluded.window_start
+    stmt = upsert.on_conflict_do_update(
         index_elements=[table.c.name],
         set_={
             "count": case((same_window, table.c.count + 1), else_=1),
-            "window_start": stmt.excluded.window_start,
+            "window_start": upsert.excluded.window_start,
         },
         where=(~same_window) | (table.c.count < maximum),
     ).returning(table.c.count)

@@ -32,7 +32,7 @@ class Page(Generic[T]):
         }
 
 
-def paginate(session: Session, query: Select[tuple[T]], limit: int, offset: int) -> Page[T]:
+def paginate(session: Session, query: Select[T], limit: int, offset: int) -> Page[T]:
     """One page of ``query`` (which must carry a total order) and the count of all its rows."""
     total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery()))
     items = list(session.scalars(query.limit(limit).offset(offset)))

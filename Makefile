@@ -1,0 +1,47 @@
+# agentauth developer tasks. `make help` lists them.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test test-pg lint format types imports check bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(PY):
+	python3 -m venv $(VENV)
+
+install: $(PY) ## install the service with test and lint tools into .venv
+	$(PY) -m pip install -q -e '.[dev]'
+
+run: install ## serve on http://127.0.0.1:8080 with SQLite (agentauth.db)
+	$(VENV)/bin/agentauth serve
+
+test: install ## run the tests on SQLite
+	$(PY) -m pytest -q
+
+test-pg: install ## run the tests on the PostgreSQL at $(PG_TEST_URL)
+	AGENTAUTH_TEST_DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -q
+
+lint: install ## ruff lint and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install ## apply ruff's formatting and safe fixes
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+types: install ## mypy, strict
+	$(VENV)/bin/mypy api core controller schemas agentauth
+
+imports: install ## the import-layer rules (api/controller -> core -> schemas; SDK alone)
+	$(VENV)/bin/lint-imports
+
+check: lint types imports test ## everything CI checks, on SQLite
+
+bench: install ## the benchmarks under bench/ (figures go in bench/RESULTS.md)
+	$(PY) -m bench
+
+clean: ## remove caches and the local database
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis agentauth.db agentauth.db-*

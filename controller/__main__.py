@@ -1,0 +1,5 @@
+"""``python -m controller`` is the ``agentauth`` command."""
+
+from controller.cli import main
+
+main()

@@ -1,0 +1,150 @@
+"""Fixtures, each building on the last: database_url -> settings -> app -> client -> workspace
+-> admin_headers.
+
+The suite runs on SQLite by default and on PostgreSQL when ``AGENTAUTH_TEST_DATABASE_URL`` is
+set. Each run gets a fresh SQLite file or a fresh PostgreSQL schema (dropped at the end), migrated
+once; each test gets its own workspace, which isolates it as completely as the API isolates
+tenants.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import create_engine, text
+
+from api import create_app
+from core import ids
+from core.config import Settings
+from core.db import Database, normalize_url
+from core.db.migrate import upgrade
+from core.keys import ensure_workspace, issue_key
+
+PG_ENV = "AGENTAUTH_TEST_DATABASE_URL"
+
+
+def pytest_report_header() -> str:
+    return "database: " + ("postgresql (" + PG_ENV + ")" if os.environ.get(PG_ENV) else "sqlite")
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A freshly migrated database for this run."""
+    base = os.environ.get(PG_ENV)
+    if not base:
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'agentauth.db'}"
+        _migrate(url)
+        yield url
+        return
+    schema = f"agentauth_test_{os.getpid()}_{secrets.token_hex(4)}"
+    admin = create_engine(normalize_url(base))
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    separator = "&" if "?" in base else "?"
+    url = f"{base}{separator}options={quote(f'-csearch_path={schema}')}"
+    try:
+        _migrate(url)
+        yield url
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def _migrate(url: str) -> None:
+    db = Database(Settings(database_url=url))
+    upgrade(db)
+    db.dispose()
+
+
+@dataclass
+class FakeClock:
+    """A clock tests control. Each reading moves it on by ``step`` so orderings by time stay
+    strict, like a real clock's."""
+
+    moment: datetime = field(default_factory=lambda: datetime(2026, 11, 21, 12, 0, tzinfo=UTC))
+    step: timedelta = timedelta(milliseconds=1)
+
+    def __call__(self) -> datetime:
+        self.moment += self.step
+        return self.moment
+
+    def advance(self, seconds: float) -> None:
+        self.moment += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, rate_limit_per_minute=100_000)
+
+
+@pytest.fixture
+def app(settings: Settings, clock: FakeClock) -> Iterator[Flask]:
+    app = create_app(settings, clock=clock)
+    yield app
+    app.extensions["agentauth"].db.dispose()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@dataclass
+class Tenant:
+    """A workspace of the test's own, and a way to mint keys in it."""
+
+    app: Flask
+    name: str
+    clock: FakeClock
+
+    @property
+    def id(self) -> str:
+        return ids.workspace_id(self.name)
+
+    def key(self, *scopes: str, expires_at: datetime | None = None) -> str:
+        db: Database = self.app.extensions["agentauth"].db
+        with db.transaction(write=True) as session:
+            wid = ensure_workspace(session, self.name, self.clock.moment)
+            _, key = issue_key(session, wid, "test", list(scopes), expires_at, self.clock.moment)
+        return key
+
+    def headers(self, *scopes: str, expires_at: datetime | None = None) -> dict[str, str]:
+        return bearer(self.key(*scopes, expires_at=expires_at))
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def workspace(app: Flask, clock: FakeClock) -> Tenant:
+    return Tenant(app, f"ws-{secrets.token_hex(6)}", clock)
+
+
+@pytest.fixture
+def other_workspace(app: Flask, clock: FakeClock) -> Tenant:
+    return Tenant(app, f"other-{secrets.token_hex(6)}", clock)
+
+
+@pytest.fixture
+def admin_headers(workspace: Tenant) -> dict[str, str]:
+    return workspace.headers("admin")
+
+
+@pytest.fixture
+def readonly_headers(workspace: Tenant) -> dict[str, str]:
+    return workspace.headers("read-only")

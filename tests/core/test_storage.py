@@ -1,0 +1,130 @@
+"""The storage promises: the audit log is append-only in the database itself, except for the
+cascade that comes with deleting the entry's agent; counters are exact."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import delete, func, select, text, update
+
+from core import agents, ids, limits
+from core.config import Settings
+from core.db import Database
+from core.db.models import AuditEntry, Policy
+from core.errors import StorageError
+from core.keys import ensure_workspace
+from core.policies import create_policy
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def db(database_url):
+    database = Database(Settings(database_url=database_url))
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def world(db):
+    """A workspace with one agent, one policy and two audit entries for it, plus one entry for
+    an agent id that never existed."""
+    with db.transaction(write=True) as s:
+        wid = ensure_workspace(s, f"storage-{ids.new_id()}", NOW)
+        agent = agents.create_agent(s, wid, {"name": "a"}, NOW)
+        policy = create_policy(
+            s, wid, {"agent_id": agent.id, "name": "p", "rules": [{"type": "tool_allowlist"}]}, NOW
+        )
+        ghost = ids.new_id()
+        for ref, agent_id in ((agent.id, agent.id), (agent.id, agent.id), (None, ghost)):
+            s.add(_entry(wid, agent_id, ref))
+    return {"workspace": wid, "agent": agent.id, "policy": policy.id, "ghost": ghost}
+
+
+def _entry(wid: str, agent_id: str, ref: str | None) -> AuditEntry:
+    return AuditEntry(
+        id=ids.new_sortable_id(),
+        workspace_id=wid,
+        agent_id=agent_id,
+        agent_ref=ref,
+        key_id=None,
+        action="authorize",
+        tool_name="t",
+        parameters={},
+        result="denied",
+        policy_id=None,
+        rule_index=None,
+        reason="default deny",
+        latency_ms=0.1,
+        timestamp=NOW,
+    )
+
+
+def _count(db, **where):
+    with db.transaction() as s:
+        query = select(func.count()).select_from(AuditEntry)
+        for column, value in where.items():
+            query = query.where(getattr(AuditEntry, column) == value)
+        return s.scalar(query)
+
+
+TAMPERING = {
+    "orm-update": lambda s, w: s.execute(
+        update(AuditEntry).where(AuditEntry.agent_id == w["agent"]).values(result="allowed")
+    ),
+    "orm-delete": lambda s, w: s.execute(
+        delete(AuditEntry).where(AuditEntry.agent_id == w["agent"])
+    ),
+    "orm-delete-unknown-agent": lambda s, w: s.execute(
+        delete(AuditEntry).where(AuditEntry.agent_id == w["ghost"])
+    ),
+    "raw-update": lambda s, w: s.execute(
+        text("UPDATE audit_log SET reason = 'x' WHERE workspace_id = :w"), {"w": w["workspace"]}
+    ),
+    "raw-delete": lambda s, w: s.execute(
+        text("DELETE FROM audit_log WHERE workspace_id = :w"), {"w": w["workspace"]}
+    ),
+    "raw-detach-then-delete": lambda s, w: s.execute(
+        text("UPDATE audit_log SET agent_ref = NULL WHERE agent_id = :a"), {"a": w["agent"]}
+    ),
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERING.values(), ids=TAMPERING.keys())
+def test_audit_rows_cannot_be_changed_or_deleted(db, world, tamper):
+    with pytest.raises(StorageError), db.transaction(write=True) as s:
+        tamper(s, world)
+    assert _count(db, workspace_id=world["workspace"]) == 3
+    assert _count(db, workspace_id=world["workspace"], result="allowed") == 0
+
+
+def test_audit_table_cannot_be_truncated_on_postgresql(db, world):
+    if db.is_sqlite:
+        pytest.skip("SQLite has no TRUNCATE statement")
+    with pytest.raises(StorageError), db.transaction(write=True) as s:
+        s.execute(text("TRUNCATE audit_log"))
+    assert _count(db, workspace_id=world["workspace"]) == 3
+
+
+def test_deleting_the_agent_deletes_its_entries_and_policies_only(db, world):
+    with db.transaction(write=True) as s:
+        agents.delete_agent(s, world["workspace"], world["agent"])
+    assert _count(db, agent_id=world["agent"]) == 0
+    assert _count(db, agent_id=world["ghost"]) == 1
+    with db.transaction() as s:
+        assert s.get(Policy, world["policy"]) is None
+
+
+def test_counter_allows_exactly_the_maximum_then_resets_in_a_new_window(db):
+    name = f"test:{ids.new_id()}"
+    results = []
+    for _ in range(5):
+        with db.transaction(write=True) as s:
+            results.append(limits.consume(s, name, 600, 3))
+    assert results == [1, 2, 3, None, None]
+    with db.transaction(write=True) as s:
+        assert limits.consume(s, name, 660, 3) == 1
+        limits.reset(s, "test:")
+    with db.transaction(write=True) as s:
+        assert limits.consume(s, name, 660, 3) == 1
