@@ -56,6 +56,8 @@ def _wait_until_healthy(base: str, process: subprocess.Popen[bytes], log: Path) 
             raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
         try:
             if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                banner = f"agentauth serving on {base}"
+                assert banner in log.read_text(), f"serve did not print {banner!r}"
                 return
         except httpx.TransportError:
             pass
