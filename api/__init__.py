@@ -12,19 +12,22 @@ from flask import Flask
 from core.clock import Clock, utc_now
 from core.config import Settings
 from core.db import Database
+from core.decisions import PolicyCache
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Flask:
-    from api import agents, api_keys, auth, errors, meta, policies
+    from api import agents, api_keys, audit_logs, auth, authorize, errors, meta, policies
     from api.context import Services
 
     settings = settings or Settings.from_env()
     app = Flask("agentauth")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["agentauth"] = Services(settings, Database(settings), clock or utc_now)
+    app.extensions["agentauth"] = Services(
+        settings, Database(settings), clock or utc_now, PolicyCache()
+    )
     errors.register(app)
     auth.register(app)
-    for module in (meta, agents, policies, api_keys):
+    for module in (meta, authorize, agents, policies, api_keys, audit_logs):
         app.register_blueprint(module.bp)
     return app

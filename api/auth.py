@@ -8,6 +8,7 @@ counter upsert share one short write transaction; the limit is exact across proc
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -74,6 +75,12 @@ def add_rate_headers(response: Response) -> Response:
     return response
 
 
+def mark_received() -> None:
+    """When the request arrived: decision latency is measured from here."""
+    g.received = time.perf_counter()
+
+
 def register(app: Flask) -> None:
+    app.before_request(mark_received)
     app.before_request(authenticate_request)
     app.after_request(add_rate_headers)

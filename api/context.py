@@ -10,6 +10,7 @@ from flask import current_app, g
 from core.clock import Clock
 from core.config import Settings
 from core.db import Database
+from core.decisions import PolicyCache
 from core.keys import Principal
 
 
@@ -18,6 +19,7 @@ class Services:
     settings: Settings
     db: Database
     clock: Clock
+    policies: PolicyCache
 
 
 def services() -> Services:

@@ -102,7 +102,7 @@ class Decision:
         return "allowed" if self.allowed else "denied"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # identity: holds a dict and a compiled program
 class ParameterConstraint:
     """One entry of a parameter_constraint rule's ``parameters``, with its deny messages
     prepared up front. Messages name the parameter and the constraint, never the value."""

@@ -41,8 +41,10 @@ def compile_tools(patterns: Sequence[str] | None) -> ToolMatcher | None:
         return literals.__contains__
     if len(globs) == len(wild) == 1 and not literals:
         return globs[0]
-    if len(prefixes) == len(wild) and not literals:
-        return lambda name: name.startswith(prefixes)
+    if len(prefixes) == len(wild):  # the usual shape: names and "namespace.*"
+        if not literals:
+            return lambda name: name.startswith(prefixes)
+        return lambda name: name in literals or name.startswith(prefixes)
 
     def matches_any(name: str) -> bool:
         if name in literals or name.startswith(prefixes) or name.endswith(suffixes):

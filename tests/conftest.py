@@ -49,12 +49,20 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with admin.begin() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     separator = "&" if "?" in base else "?"
-    url = f"{base}{separator}options={quote(f'-csearch_path={schema}')}"
+    url = f"{base}{separator}options={quote(f'-csearch_path={schema}')}&application_name={schema}"
     try:
         _migrate(url)
         yield url
     finally:
         with admin.begin() as conn:
+            # a connection of this run left open (a server killed mid-test) must not block
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": schema},
+            )
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
 

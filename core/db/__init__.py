@@ -54,13 +54,17 @@ class Database:
         self._writer = sessionmaker(bind=self._write_engine, expire_on_commit=False)
 
     @contextmanager
-    def transaction(self, *, write: bool = False) -> Iterator[Session]:
+    def transaction(self, *, write: bool = False, snapshot: bool = False) -> Iterator[Session]:
         """A session in one transaction: committed when the block ends, rolled back on error.
 
-        ``write=True`` takes SQLite's write lock up front (``BEGIN IMMEDIATE``).
+        ``write=True`` takes SQLite's write lock up front (``BEGIN IMMEDIATE``). ``snapshot=True``
+        makes every statement see the same data (PostgreSQL ``REPEATABLE READ``; a SQLite read
+        transaction in WAL mode already is a snapshot).
         """
         session = (self._writer if write else self._reader)()
         try:
+            if snapshot and not self.is_sqlite:
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield session
             session.commit()
         except SQLAlchemyError as exc:

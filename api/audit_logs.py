@@ -1,0 +1,76 @@
+"""``/v1/audit-logs``: query the audit log (newest first) and export it as CSV. Read-only keys
+may do both: an auditor must not need a key that can change anything."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+from flask import Blueprint, Response, stream_with_context
+
+from api.context import now, principal, services
+from api.params import read_paging, read_query
+from core import audit
+from core.clock import parse_instant
+from core.errors import ValidationError
+from core.validation import require_uuid
+
+bp = Blueprint("audit_logs", __name__, url_prefix="/v1/audit-logs")
+FILTERS = {"agent_id", "action", "tool_name", "result", "from", "to"}
+
+
+def _filters(query: dict[str, str]) -> audit.Filters:
+    result = query.get("result")
+    if result is not None and result not in audit.RESULTS:
+        raise ValidationError.field("result", "must be one of: " + ", ".join(audit.RESULTS))
+    agent_id = query.get("agent_id")
+    return audit.Filters(
+        agent_id=require_uuid(agent_id, "agent_id") if agent_id is not None else None,
+        action=query.get("action"),
+        tool_name=query.get("tool_name"),
+        result=result,
+        since=_instant(query, "from"),
+        until=_instant(query, "to"),
+    )
+
+
+def _instant(query: dict[str, str], name: str) -> Any:
+    raw = query.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_instant(raw)
+    except ValueError:
+        raise ValidationError.field(name, "must be an ISO 8601 date-time") from None
+
+
+@bp.get("")
+def list_() -> dict[str, Any]:
+    query = read_query(FILTERS | {"limit", "offset"})
+    filters = _filters(query)
+    limit, offset = read_paging(query, max_limit=1000)
+    with services().db.transaction() as session:
+        page = audit.query(session, principal().workspace_id, filters, limit, offset)
+        return page.envelope(audit.serialize_entry)
+
+
+@bp.get("/export")
+def export() -> Response:
+    filters = _filters(read_query(FILTERS))
+    workspace_id = principal().workspace_id
+    stack = ExitStack()
+    session = stack.enter_context(services().db.transaction(snapshot=True))
+    try:
+        truncated = audit.is_export_truncated(session, workspace_id, filters)
+    except BaseException:
+        stack.close()
+        raise
+    rows = audit.export_rows(session, workspace_id, filters)
+    response = Response(stream_with_context(rows), mimetype="text/csv")
+    response.call_on_close(stack.close)
+    filename = f"svc-audit-log-{now().date().isoformat()}.csv"
+    response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    if truncated:
+        response.headers["X-Svc-Export-Truncated"] = "true"
+        response.headers["X-Svc-Export-Limit"] = str(audit.EXPORT_LIMIT)
+    return response

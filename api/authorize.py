@@ -1,0 +1,22 @@
+"""``POST /v1/authorize``: may this agent call this tool with these parameters? 200 for allowed
+and denied alike; the audit entry is committed before the answer leaves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, g
+
+from api.context import now, principal, services
+from api.params import read_body
+from core.decisions import authorize as decide
+
+bp = Blueprint("authorize", __name__)
+
+
+@bp.post("/v1/authorize")
+def authorize() -> dict[str, Any]:
+    body = read_body("authorize.json#/$defs/request")
+    svc = services()
+    outcome = decide(svc.db, svc.policies, principal(), body, now(), g.received)
+    return outcome.as_response()

@@ -1,0 +1,165 @@
+"""The audit log: append (redacted), query and export. Entries are never updated or deleted by
+this code (the database refuses it, too), except by the cascade of deleting their agent.
+
+Called by ``core.decisions`` (append, inside the decision's transaction) and by
+``api/audit_logs.py`` (query, export).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from core import ids
+from core.clock import isoformat
+from core.db.models import AuditEntry
+from core.paging import Page, paginate
+from core.redaction import redact, scrub
+
+RESULTS = ("allowed", "denied", "escalated")
+EXPORT_LIMIT = 5000
+EXPORT_COLUMNS = ("Timestamp", "Agent ID", "Tool", "Result", "Reason", "Latency (ms)", "Parameters")
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The audit query's filters; None means "any"."""
+
+    agent_id: str | None = None
+    action: str | None = None
+    tool_name: str | None = None
+    result: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def append(
+    session: Session,
+    *,
+    workspace_id: str,
+    agent_id: str,
+    agent_exists: bool,
+    key_id: str | None,
+    tool_name: str,
+    parameters: dict[str, Any],
+    result: str,
+    policy_id: str | None,
+    rule_index: int | None,
+    reason: str,
+    latency_ms: float,
+    timestamp: datetime,
+) -> str:
+    """Write one entry (parameters redacted, API keys scrubbed from every text); its id."""
+    entry_id = ids.new_sortable_id()
+    session.add(
+        AuditEntry(
+            id=entry_id,
+            workspace_id=workspace_id,
+            agent_id=agent_id,
+            agent_ref=agent_id if agent_exists else None,
+            key_id=key_id,
+            action="authorize",
+            tool_name=scrub(tool_name),
+            parameters=redact(parameters),
+            result=result,
+            policy_id=policy_id,
+            rule_index=rule_index,
+            reason=scrub(reason),
+            latency_ms=latency_ms,
+            timestamp=timestamp,
+        )
+    )
+    return entry_id
+
+
+def _select(workspace_id: str, filters: Filters) -> Select[AuditEntry]:
+    query = select(AuditEntry).where(AuditEntry.workspace_id == workspace_id)
+    for column, value in (
+        (AuditEntry.agent_id, filters.agent_id),
+        (AuditEntry.action, filters.action),
+        (AuditEntry.tool_name, filters.tool_name),
+        (AuditEntry.result, filters.result),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    if filters.since is not None:
+        query = query.where(AuditEntry.timestamp >= filters.since)
+    if filters.until is not None:
+        query = query.where(AuditEntry.timestamp <= filters.until)
+    return query.order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
+
+
+def query(
+    session: Session, workspace_id: str, filters: Filters, limit: int, offset: int
+) -> Page[AuditEntry]:
+    """One page, newest first; ties broken by id, so pages never overlap or skip."""
+    return paginate(session, _select(workspace_id, filters), limit, offset)
+
+
+def is_export_truncated(session: Session, workspace_id: str, filters: Filters) -> bool:
+    """Whether more than EXPORT_LIMIT entries match (counts at most one past the limit)."""
+    capped = _select(workspace_id, filters).order_by(None).limit(EXPORT_LIMIT + 1).subquery()
+    return (session.scalar(select(func.count()).select_from(capped)) or 0) > EXPORT_LIMIT
+
+
+def export_rows(session: Session, workspace_id: str, filters: Filters) -> Iterator[str]:
+    """The CSV text, header first, newest entry first, at most EXPORT_LIMIT rows, produced a
+    batch at a time rather than built in memory."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(EXPORT_COLUMNS)
+    query = _select(workspace_id, filters).limit(EXPORT_LIMIT).execution_options(yield_per=500)
+    for count, entry in enumerate(session.scalars(query), start=1):
+        writer.writerow([_cell(value) for value in _export_values(entry)])
+        if count % 500 == 0:
+            yield _drain(buffer)
+    yield _drain(buffer)
+
+
+def _export_values(entry: AuditEntry) -> tuple[str, ...]:
+    return (
+        isoformat(entry.timestamp),
+        entry.agent_id,
+        entry.tool_name,
+        entry.result,
+        entry.reason,
+        f"{entry.latency_ms:.3f}",
+        json.dumps(entry.parameters, separators=(",", ":"), sort_keys=True),
+    )
+
+
+def _cell(value: str) -> str:
+    """Spreadsheets run cells starting with these characters as formulas: defuse them."""
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
+
+
+def _drain(buffer: io.StringIO) -> str:
+    text = buffer.getvalue()
+    buffer.seek(0)
+    buffer.truncate()
+    return text
+
+
+def serialize_entry(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "agentId": entry.agent_id,
+        "action": entry.action,
+        "toolName": entry.tool_name,
+        "parameters": entry.parameters,
+        "result": entry.result,
+        "policyId": entry.policy_id,
+        "ruleIndex": entry.rule_index,
+        "reason": entry.reason,
+        "latencyMs": entry.latency_ms,
+        "timestamp": isoformat(entry.timestamp),
+    }

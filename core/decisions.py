@@ -1,0 +1,169 @@
+"""Authorization decisions: the agent's compiled policies, the pure engine, rate-limit
+consumption and the audit entry, in one transaction that commits before anyone is told.
+
+Called by ``api/authorize.py``. Fail closed: if anything here raises, including the audit write
+or the commit, the caller answers 500 and never an allow.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from core import audit
+from core import limits as counters
+from core.agents import AgentStatus
+from core.db import Database
+from core.db.models import Agent, Policy
+from core.engine import (
+    CompiledPolicy,
+    Decision,
+    RateLimitRef,
+    compile_policy,
+    deny_agent_status,
+    deny_unknown_agent,
+    evaluate,
+    order_policies,
+)
+from core.keys import Principal
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A committed decision: what was decided, the audit entry that records it, and how long
+    the decision took from receipt of the request."""
+
+    decision: Decision
+    audit_id: str
+    latency_ms: float
+
+    def as_response(self) -> dict[str, Any]:
+        d = self.decision
+        body: dict[str, Any] = {
+            "allowed": d.allowed,
+            "outcome": d.outcome,
+            "reason": d.reason,
+            "policyId": d.policy_id,
+            "ruleIndex": d.rule_index,
+            "auditId": self.audit_id,
+            "latencyMs": self.latency_ms,
+        }
+        if d.retry_after_seconds is not None:
+            body["retryAfterSeconds"] = d.retry_after_seconds
+        return body
+
+
+class PolicyCache:
+    """Compiled policies per agent, keyed by the agent's ``policy_version``.
+
+    Every policy change bumps that version in its own transaction, and each decision reads the
+    agent row in its transaction, so a change committed by any process is in force for the very
+    next decision: the cache can be cold, never stale.
+    """
+
+    def __init__(self, max_agents: int = 10_000) -> None:
+        self._entries: dict[str, tuple[tuple[datetime, int], list[CompiledPolicy]]] = {}
+        self._max = max_agents
+        self._lock = threading.Lock()
+
+    def policies(self, session: Session, agent: Agent) -> list[CompiledPolicy]:
+        version = (agent.created_at, agent.policy_version)
+        found = self._entries.get(agent.id)
+        if found is not None and found[0] == version:
+            return found[1]
+        compiled = load_policies(session, agent.id)
+        with self._lock:
+            if len(self._entries) >= self._max:
+                self._entries.clear()  # crude but bounded; recompiling is cheap
+            self._entries[agent.id] = (version, compiled)
+        return compiled
+
+
+def load_policies(session: Session, agent_id: str) -> list[CompiledPolicy]:
+    """The agent's enabled policies, compiled, in evaluation order."""
+    rows = session.scalars(
+        select(Policy).where(Policy.agent_id == agent_id, Policy.enabled.is_(True))
+    )
+    return order_policies(
+        compile_policy(
+            id=row.id,
+            name=row.name,
+            priority=row.priority,
+            enabled=row.enabled,
+            created_at=row.created_at,
+            rules=row.rules,
+        )
+        for row in rows
+    )
+
+
+class DatabaseCounters:
+    """The engine's ``consume`` against the shared counters: all limits or none, atomically
+    (a savepoint undoes the ones taken before an exhausted one)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __call__(self, limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
+        if not limits:
+            return None
+        savepoint = self.session.begin_nested()
+        for ref in limits:
+            taken = counters.consume(
+                self.session, ref.counter_key, ref.window_start(now), ref.max_calls
+            )
+            if taken is None:
+                savepoint.rollback()
+                return ref
+        savepoint.commit()
+        return None
+
+
+def authorize(
+    db: Database,
+    cache: PolicyCache,
+    caller: Principal,
+    body: dict[str, Any],
+    now: datetime,
+    received: float,
+) -> Outcome:
+    """Decide and record. ``received`` is the ``time.perf_counter()`` reading taken when the
+    request arrived; ``body`` is a valid authorize request."""
+    agent_id = body["agent_id"].lower()
+    tool_name: str = body["tool_name"]
+    parameters: dict[str, Any] = body.get("parameters") or {}
+    with db.transaction(write=True) as session:
+        agent = session.scalars(
+            select(Agent).where(Agent.id == agent_id, Agent.workspace_id == caller.workspace_id)
+        ).first()
+        if agent is None:
+            decision = deny_unknown_agent(agent_id)
+        elif agent.status != AgentStatus.ACTIVE:
+            decision = deny_agent_status(agent.status)
+        else:
+            compiled = cache.policies(session, agent)
+            decision = evaluate(compiled, tool_name, parameters, now, DatabaseCounters(session))
+        latency_ms = round((time.perf_counter() - received) * 1000, 3)
+        audit_id = audit.append(
+            session,
+            workspace_id=caller.workspace_id,
+            agent_id=agent_id,
+            agent_exists=agent is not None,
+            key_id=caller.key_id,
+            tool_name=tool_name,
+            parameters=parameters,
+            result=decision.outcome,
+            policy_id=decision.policy_id,
+            rule_index=decision.rule_index,
+            reason=decision.reason,
+            latency_ms=latency_ms,
+            timestamp=now,
+        )
+    return Outcome(decision, audit_id, latency_ms)
