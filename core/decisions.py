@@ -20,13 +20,13 @@ from sqlalchemy.orm import Session
 from core import audit
 from core import limits as counters
 from core.agents import AgentStatus
+from core.compiler import compile_policy
 from core.db import Database
 from core.db.models import Agent, Policy
 from core.engine import (
     CompiledPolicy,
     Decision,
     RateLimitRef,
-    compile_policy,
     deny_agent_status,
     deny_unknown_agent,
     evaluate,

@@ -1,8 +1,8 @@
 """Pure policy evaluation: compiled policies + tool call + instant -> Decision.
 
 Called by the API's authorize endpoint and by the controller's offline ``agentauth test``
-runner. :func:`compile_policy` runs when policies are loaded and does all the expensive work
-once (globs, RE2 programs, time zones); :func:`evaluate` runs on every authorization check.
+runner. :func:`core.compiler.compile_policy` runs when policies are loaded and does all the
+expensive work once (globs, RE2 programs, time zones); :func:`evaluate` runs on every check.
 Nothing here does IO or reads a clock: the caller passes ``now`` and a ``consume`` callable
 that owns the rate-limit counters (the database in the API, :class:`MemoryCounters` offline).
 
@@ -18,20 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any, Protocol
-from zoneinfo import ZoneInfo
 
-import re2
-
-from core.globs import ToolMatcher, compile_tools
+from core.globs import ToolMatcher
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROS = 1_000_000
 _MISSING: Any = object()
 # Sunday-first names, the way allowedDays counts (0 = Sunday).
 _DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
-# The C++ binding behind re2's pure-Python wrapper: a search through it costs about a fifth of
-# re2.compile(...).search(), which builds a Match object and maps byte offsets back to str.
-_RE2_BINDING: Any = getattr(re2, "_re2", None)
 
 
 class RuleType(StrEnum):
@@ -125,7 +119,7 @@ class ParameterConstraint:
             return self.messages["enum"]
         if self.minimum is None and self.maximum is None:
             return None
-        if not _is_number(value):
+        if not is_number(value):
             return self.messages["number"]
         if self.minimum is not None and value < self.minimum:
             return self.messages["min"]
@@ -134,7 +128,7 @@ class ParameterConstraint:
         return None
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     """A finite JSON number: booleans, numeric strings, NaN and infinities are not."""
     if isinstance(value, float):
         return math.isfinite(value)
@@ -284,136 +278,6 @@ def order_policies(policies: Iterable[CompiledPolicy]) -> list[CompiledPolicy]:
     then smaller id."""
     enabled = (policy for policy in policies if policy.enabled)
     return sorted(enabled, key=lambda p: (-p.priority, p.created_at, p.id))
-
-
-def compile_policy(
-    *,
-    id: str,
-    name: str,
-    priority: int,
-    enabled: bool,
-    created_at: datetime,
-    rules: Sequence[Mapping[str, Any]],
-) -> CompiledPolicy:
-    """Compile a stored policy once; ``rules`` are schema-valid dicts as the API takes them.
-
-    A naive ``created_at`` (SQLite hands those back) is taken as UTC. Raises
-    :class:`PolicyCompileError` for what the schema cannot catch.
-    """
-    if created_at.tzinfo is None:
-        created_at = created_at.replace(tzinfo=UTC)
-    compiled = tuple(_compile_rule(id, name, index, rule) for index, rule in enumerate(rules))
-    return CompiledPolicy(id, name, priority, enabled, created_at, compiled)
-
-
-def _compile_rule(
-    policy_id: str, policy_name: str, index: int, raw: Mapping[str, Any]
-) -> CompiledRule:
-    at = f"rules[{index}]"
-    try:
-        kind = RuleType(raw["type"])
-    except (KeyError, ValueError):
-        raise PolicyCompileError(f"{at}.type", "is not a known rule type") from None
-    tools = compile_tools(raw.get("tools"))
-    if kind is _ALLOW:
-        reason = f"allowed by policy '{policy_name}' rule {index} (tool_allowlist)"
-        return CompiledRule(index, kind, tools, granted=Decision(True, reason, policy_id, index))
-    if kind is RuleType.RATE_LIMIT:
-        spec = raw["rateLimit"]
-        limit = RateLimitRef(
-            policy_id, policy_name, index, int(spec["maxCalls"]), int(spec["windowSeconds"])
-        )
-        if limit.window_seconds < 1 or limit.max_calls < 1:
-            raise PolicyCompileError(f"{at}.rateLimit", "maxCalls and windowSeconds must be >= 1")
-        return CompiledRule(index, kind, tools, limit=limit)
-    if kind is RuleType.TIME_BASED:
-        return CompiledRule(index, kind, tools, window=_compile_window(raw["timeWindow"], at))
-    if kind is RuleType.PARAMETER_CONSTRAINT:
-        constraints = tuple(
-            _compile_constraint(param, spec, f"{at}.parameters.{param}")
-            for param, spec in (raw.get("parameters") or {}).items()
-        )
-        return CompiledRule(index, kind, tools, constraints=constraints)
-    return CompiledRule(index, kind, tools)
-
-
-def _compile_window(spec: Mapping[str, Any], at: str) -> TimeWindow:
-    zone_name = spec.get("timezone", "UTC")
-    zone: tzinfo = UTC
-    if zone_name != "UTC":
-        try:
-            zone = ZoneInfo(zone_name)
-        except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
-            raise PolicyCompileError(
-                f"{at}.timeWindow.timezone", "is not an IANA time zone"
-            ) from None
-    hours, days = spec.get("allowedHours"), spec.get("allowedDays")
-    return TimeWindow(
-        zone,
-        zone_name,
-        None if hours is None else frozenset(hours),
-        None if days is None else frozenset((day - 1) % 7 for day in days),  # Sunday 0 -> 6
-    )
-
-
-def _compile_constraint(name: str, spec: Mapping[str, Any], at: str) -> ParameterConstraint:
-    minimum, maximum = spec.get("min"), spec.get("max")
-    for bound, value in (("min", minimum), ("max", maximum)):
-        if value is not None and not _is_number(value):
-            raise PolicyCompileError(f"{at}.{bound}", "must be a finite number")
-    enum = spec.get("enum")
-    subject = f"parameter '{name}'"
-    messages = {
-        "missing": f"{subject} is required",
-        "regex": f"{subject} must be a string matching regex '{spec.get('regex')}'",
-        "enum": f"{subject} must be one of {_quote_list(enum or ())}",
-        "number": f"{subject} must be a finite number",
-        "min": f"{subject} must be at least {minimum}",
-        "max": f"{subject} must be at most {maximum}",
-    }
-    search = _compile_search(spec["regex"], f"{at}.regex") if "regex" in spec else None
-    allowed = None if enum is None else frozenset(enum)
-    return ParameterConstraint(name, search, allowed, minimum, maximum, messages)
-
-
-def _quote_list(values: Sequence[str], shown: int = 10) -> str:
-    text = ", ".join(f"'{value}'" for value in values[:shown])
-    return text if len(values) <= shown else f"{text}, ... ({len(values)} values)"
-
-
-def _compile_search(pattern: str, at: str) -> Callable[[str], bool]:
-    """An unanchored RE2 search for ``pattern``. A string RE2 cannot take as UTF-8 (a lone
-    surrogate from a JSON escape) does not match: fail closed, never a crash."""
-    options = re2.Options()
-    options.log_errors = False  # the reason goes into our error, not onto stderr
-    options.never_capture = True  # only "found or not" is needed: a faster program
-    try:
-        compiled = re2.compile(pattern, options)
-    except re2.error as exc:
-        detail = exc.args[0] if exc.args else "invalid pattern"
-        if isinstance(detail, bytes):
-            detail = detail.decode("utf-8", "replace")
-        raise PolicyCompileError(at, f"is not a valid RE2 pattern: {detail}") from None
-    if _RE2_BINDING is None:
-        return lambda text: _search_wrapped(compiled, text)
-    program = _RE2_BINDING.RE2(pattern.encode(), options)
-    unanchored = _RE2_BINDING.RE2.Anchor.UNANCHORED
-
-    def search(text: str) -> bool:
-        try:
-            data = text.encode()
-        except UnicodeEncodeError:
-            return False
-        return bool(program.Match(unanchored, data, 0, len(data))[0][0] >= 0)
-
-    return search
-
-
-def _search_wrapped(compiled: Any, text: str) -> bool:
-    try:
-        return compiled.search(text) is not None
-    except UnicodeEncodeError:
-        return False
 
 
 class MemoryCounters:

@@ -6,6 +6,7 @@ Run after the schema passed; used by the API on policy writes and by the control
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -73,6 +74,10 @@ def _check_constraint(constraint: dict[str, Any], at: tuple[str | int, ...]) -> 
             compile_regex(constraint["regex"])
         except ValueError as exc:
             problems.append(_problem((*at, "regex"), f"is not a valid RE2 pattern: {exc}"))
+    for bound in ("min", "max"):
+        value = constraint.get(bound)
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(_problem((*at, bound), "must be a finite number"))
     low, high = constraint.get("min"), constraint.get("max")
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))
     if numbers and low > high:  # type: ignore[operator]

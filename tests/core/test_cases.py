@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 import yaml
 
+from core.compiler import compile_policy
 from core.engine import (
     CompiledPolicy,
     Decision,
     MemoryCounters,
-    compile_policy,
     deny_agent_status,
     deny_unknown_agent,
     evaluate,

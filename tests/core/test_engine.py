@@ -20,14 +20,14 @@ import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import engine
+from core import compiler
+from core.compiler import compile_policy
 from core.engine import (
     CompiledPolicy,
     Decision,
     MemoryCounters,
     PolicyCompileError,
     RateLimitRef,
-    compile_policy,
     deny_agent_status,
     deny_unknown_agent,
     evaluate,
@@ -391,7 +391,7 @@ SEARCH_PATTERNS = ["cat", "^a", "b$", "[0-9]+", "é.", r"\bword\b", "(?i)case", 
 
 @given(st.sampled_from(SEARCH_PATTERNS), st.text(max_size=30))
 def test_fast_regex_search_agrees_with_the_re2_wrapper(pattern: str, text: str) -> None:
-    search = engine._compile_search(pattern, "p")
+    search = compiler._compile_search(pattern, "p")
     try:
         expected = re2.search(pattern, text) is not None
     except UnicodeEncodeError:  # a lone surrogate: the wrapper raises, we refuse to match
@@ -400,8 +400,8 @@ def test_fast_regex_search_agrees_with_the_re2_wrapper(pattern: str, text: str) 
 
 
 def test_regex_search_works_without_the_fast_binding(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "_RE2_BINDING", None)
-    search = engine._compile_search("ca+t", "p")
+    monkeypatch.setattr(compiler, "_RE2_BINDING", None)
+    search = compiler._compile_search("ca+t", "p")
     assert [search("concaaat"), search("dog"), search("\ud800")] == [True, False, False]
 
 

@@ -1,0 +1,158 @@
+"""Compiling stored policies for the engine: globs, RE2 programs, time zones and deny messages
+are prepared once here, so :func:`core.engine.evaluate` does no such work per call.
+
+Called by ``core.decisions`` (the API's policy cache) and the controller's offline test runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import re2
+
+from core.engine import (
+    CompiledPolicy,
+    CompiledRule,
+    Decision,
+    ParameterConstraint,
+    PolicyCompileError,
+    RateLimitRef,
+    RuleType,
+    TimeWindow,
+    is_number,
+)
+from core.globs import compile_tools
+from core.rules import compile_regex
+
+# The C++ binding behind re2's pure-Python wrapper: a search through it costs about a fifth of
+# re2.compile(...).search(), which builds a Match object and maps byte offsets back to str.
+_RE2_BINDING: Any = getattr(re2, "_re2", None)
+
+
+def compile_policy(
+    *,
+    id: str,
+    name: str,
+    priority: int,
+    enabled: bool,
+    created_at: datetime,
+    rules: Sequence[Mapping[str, Any]],
+) -> CompiledPolicy:
+    """Compile a stored policy once; ``rules`` are schema-valid dicts as the API takes them.
+
+    A naive ``created_at`` (SQLite hands those back) is taken as UTC. Raises
+    :class:`PolicyCompileError` for what the schema cannot catch.
+    """
+    if created_at.tzinfo is None:
+        created_at = created_at.replace(tzinfo=UTC)
+    compiled = tuple(_compile_rule(id, name, index, rule) for index, rule in enumerate(rules))
+    return CompiledPolicy(id, name, priority, enabled, created_at, compiled)
+
+
+def _compile_rule(
+    policy_id: str, policy_name: str, index: int, raw: Mapping[str, Any]
+) -> CompiledRule:
+    at = f"rules[{index}]"
+    try:
+        kind = RuleType(raw["type"])
+    except (KeyError, ValueError):
+        raise PolicyCompileError(f"{at}.type", "is not a known rule type") from None
+    tools = compile_tools(raw.get("tools"))
+    if kind is RuleType.TOOL_ALLOWLIST:
+        reason = f"allowed by policy '{policy_name}' rule {index} (tool_allowlist)"
+        return CompiledRule(index, kind, tools, granted=Decision(True, reason, policy_id, index))
+    if kind is RuleType.RATE_LIMIT:
+        spec = raw["rateLimit"]
+        limit = RateLimitRef(
+            policy_id, policy_name, index, int(spec["maxCalls"]), int(spec["windowSeconds"])
+        )
+        if limit.window_seconds < 1 or limit.max_calls < 1:
+            raise PolicyCompileError(f"{at}.rateLimit", "maxCalls and windowSeconds must be >= 1")
+        return CompiledRule(index, kind, tools, limit=limit)
+    if kind is RuleType.TIME_BASED:
+        return CompiledRule(index, kind, tools, window=_compile_window(raw["timeWindow"], at))
+    if kind is RuleType.PARAMETER_CONSTRAINT:
+        constraints = tuple(
+            _compile_constraint(param, spec, f"{at}.parameters.{param}")
+            for param, spec in (raw.get("parameters") or {}).items()
+        )
+        return CompiledRule(index, kind, tools, constraints=constraints)
+    return CompiledRule(index, kind, tools)
+
+
+def _compile_window(spec: Mapping[str, Any], at: str) -> TimeWindow:
+    zone_name = spec.get("timezone", "UTC")
+    zone: tzinfo = UTC
+    if zone_name != "UTC":
+        try:
+            zone = ZoneInfo(zone_name)
+        except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+            raise PolicyCompileError(
+                f"{at}.timeWindow.timezone", "is not an IANA time zone"
+            ) from None
+    hours, days = spec.get("allowedHours"), spec.get("allowedDays")
+    return TimeWindow(
+        zone,
+        zone_name,
+        None if hours is None else frozenset(hours),
+        None if days is None else frozenset((day - 1) % 7 for day in days),  # Sunday 0 -> 6
+    )
+
+
+def _compile_constraint(name: str, spec: Mapping[str, Any], at: str) -> ParameterConstraint:
+    minimum, maximum = spec.get("min"), spec.get("max")
+    for bound, value in (("min", minimum), ("max", maximum)):
+        if value is not None and not is_number(value):
+            raise PolicyCompileError(f"{at}.{bound}", "must be a finite number")
+    enum = spec.get("enum")
+    subject = f"parameter '{name}'"
+    messages = {
+        "missing": f"{subject} is required",
+        "regex": f"{subject} must be a string matching regex '{spec.get('regex')}'",
+        "enum": f"{subject} must be one of {_quote_list(enum or ())}",
+        "number": f"{subject} must be a finite number",
+        "min": f"{subject} must be at least {minimum}",
+        "max": f"{subject} must be at most {maximum}",
+    }
+    search = _compile_search(spec["regex"], f"{at}.regex") if "regex" in spec else None
+    allowed = None if enum is None else frozenset(enum)
+    return ParameterConstraint(name, search, allowed, minimum, maximum, messages)
+
+
+def _quote_list(values: Sequence[str], shown: int = 10) -> str:
+    text = ", ".join(f"'{value}'" for value in values[:shown])
+    return text if len(values) <= shown else f"{text}, ... ({len(values)} values)"
+
+
+def _compile_search(pattern: str, at: str) -> Callable[[str], bool]:
+    """An unanchored RE2 search for ``pattern``. A string RE2 cannot take as UTF-8 (a lone
+    surrogate from a JSON escape) does not match: fail closed, never a crash."""
+    try:
+        compiled = compile_regex(pattern)
+    except ValueError as exc:
+        raise PolicyCompileError(at, f"is not a valid RE2 pattern: {exc}") from None
+    if _RE2_BINDING is None:
+        return lambda text: _search_wrapped(compiled, text)
+    options = re2.Options()
+    options.never_capture = True  # only "found or not" is needed: a faster program
+    program = _RE2_BINDING.RE2(pattern.encode(), options)
+    unanchored = _RE2_BINDING.RE2.Anchor.UNANCHORED
+
+    def search(text: str) -> bool:
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:
+            return False
+        return bool(program.Match(unanchored, data, 0, len(data))[0][0] >= 0)
+
+    return search
+
+
+def _search_wrapped(compiled: Any, text: str) -> bool:
+    try:
+        return compiled.search(text) is not None
+    except UnicodeEncodeError:
+        return False
