@@ -148,6 +148,54 @@ def document() -> dict[str, Any]:
     paths["/v1/policies"]["get"]["parameters"].append(_q("agent_id", ref("common.uuid")))
     paths["/v1/api-keys"]["get"]["description"] = "Needs an API key with the admin scope."
     paths["/v1/api-keys"]["get"]["responses"]["403"] = _json(ref("common.error"), ERRORS["403"])
+    paths["/v1/authorize"] = {
+        "post": _operation(
+            "decide whether an agent may call a tool (200 for allowed and denied alike)",
+            {"200": _json(ref("authorize.decision"), "the decision, already audited")},
+            body="authorize.request",
+        )
+    }
+    filters = [
+        _q("agent_id", ref("common.uuid")),
+        _q("action", {"type": "string"}),
+        _q("tool_name", {"type": "string"}),
+        _q("result", {"enum": ["allowed", "denied", "escalated"]}),
+        _q("from", {"type": "string", "format": "date-time"}),
+        _q("to", {"type": "string", "format": "date-time"}),
+    ]
+    paths["/v1/audit-logs"] = {
+        "get": _operation(
+            "query the audit log, newest first",
+            {"200": _json(_envelope("audit.entry"), "one page")},
+            query=filters + _paging(1000),
+        )
+    }
+    csv_headers = {
+        "Content-Disposition": {"schema": {"type": "string"}},
+        "X-Svc-Export-Truncated": {"schema": {"const": "true"}},
+        "X-Svc-Export-Limit": {"schema": {"const": "5000"}},
+    }
+    paths["/v1/audit-logs/export"] = {
+        "get": _operation(
+            "export the audit log as CSV (at most 5,000 rows, newest first)",
+            {
+                "200": {
+                    "description": "CSV with the columns Timestamp, Agent ID, Tool, Result, "
+                    "Reason, Latency (ms), Parameters",
+                    "headers": csv_headers,
+                    "content": {"text/csv": {"schema": {"type": "string"}}},
+                }
+            },
+            query=filters,
+        )
+    }
+    paths["/v1/openapi.json"] = {
+        "get": {
+            "summary": "this document",
+            "security": [],
+            "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")},
+        }
+    }
     paths["/healthz"] = {
         "get": {
             "summary": "liveness",

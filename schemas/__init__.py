@@ -25,7 +25,14 @@ from referencing.jsonschema import DRAFT202012
 #: Base URI the files are registered under; relative ``$ref``s resolve against it. Nothing is
 #: ever fetched: an unknown reference is an error, not a download.
 BASE_URI = "https://agentauth.invalid/schemas/"
-FILES = ("common.json", "agent.json", "policy.json", "api-key.json", "authorize.json")
+FILES = (
+    "common.json",
+    "agent.json",
+    "policy.json",
+    "api-key.json",
+    "authorize.json",
+    "audit.json",
+)
 
 
 @dataclass(frozen=True, order=True)

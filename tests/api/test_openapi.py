@@ -1,0 +1,42 @@
+"""GET /v1/openapi.json: a valid OpenAPI 3.1 document of the whole API, whose request schemas
+are the files in schemas/ (one contract), served without a key."""
+
+from __future__ import annotations
+
+from openapi_spec_validator import validate
+
+from schemas import FILES, load_schema
+
+
+def test_document_is_valid_openapi_31(client):
+    response = client.get("/v1/openapi.json")
+    assert response.status_code == 200
+    assert response.json["openapi"] == "3.1.0"
+    validate(response.json)
+
+
+def test_every_route_of_the_app_is_documented(app, client):
+    documented = {
+        (path, method.upper())
+        for path, ops in client.get("/v1/openapi.json").json["paths"].items()
+        for method in ops
+    }
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        path = rule.rule.replace("<agent_id>", "{id}").replace("<policy_id>", "{id}")
+        path = path.replace("<key_id>", "{id}")
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            assert (path, method) in documented
+
+
+def test_request_bodies_are_the_schema_files(client):
+    doc = client.get("/v1/openapi.json").json
+    components = doc["components"]["schemas"]
+    policy_rule = load_schema("policy.json")["$defs"]["rule"]
+    assert components["policy.rule"]["properties"].keys() == policy_rule["properties"].keys()
+    body = doc["paths"]["/v1/policies"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/policy.create"}
+    for file in FILES:
+        for name in load_schema(file).get("$defs", {}):
+            assert f"{file.removesuffix('.json')}.{name}" in components
