@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Blueprint, Response
 
-from api.auth import requires
+from api.auth import requires, takes_query
 from api.context import now, principal, services
 from api.params import path_id, read_body, read_paging, read_query
 from core import keys
@@ -39,8 +39,9 @@ def create() -> tuple[dict[str, Any], int]:
 
 @bp.get("")
 @requires(Scope.ADMIN)
+@takes_query("limit", "offset")
 def list_() -> dict[str, Any]:
-    limit, offset = read_paging(read_query({"limit", "offset"}), max_limit=200)
+    limit, offset = read_paging(read_query(), max_limit=200)
     with services().db.transaction() as session:
         page = keys.list_keys(session, principal().workspace_id, limit, offset)
         return page.envelope(keys.serialize_key)

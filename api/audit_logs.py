@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Blueprint, Response, stream_with_context
 
+from api.auth import takes_query
 from api.context import now, principal, services
 from api.params import read_paging, read_query
 from core import audit
@@ -45,8 +46,9 @@ def _instant(query: dict[str, str], name: str) -> Any:
 
 
 @bp.get("")
+@takes_query(*FILTERS, "limit", "offset")
 def list_() -> dict[str, Any]:
-    query = read_query(FILTERS | {"limit", "offset"})
+    query = read_query()
     filters = _filters(query)
     limit, offset = read_paging(query, max_limit=1000)
     with services().db.transaction() as session:
@@ -55,8 +57,9 @@ def list_() -> dict[str, Any]:
 
 
 @bp.get("/export")
+@takes_query(*FILTERS)
 def export() -> Response:
-    filters = _filters(read_query(FILTERS))
+    filters = _filters(read_query())
     workspace_id = principal().workspace_id
     stack = ExitStack()
     session = stack.enter_context(services().db.transaction(snapshot=True))

@@ -16,7 +16,7 @@ from flask import Flask, Response, current_app, g, request
 
 from api.context import now, services
 from core import keys, limits
-from core.errors import InsufficientScope, RateLimited
+from core.errors import InsufficientScope, RateLimited, ValidationError
 from core.keys import Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,6 +37,29 @@ def requires(scope: Scope) -> Callable[[F], F]:
         return view
 
     return mark
+
+
+def takes_query(*names: str) -> Callable[[F], F]:
+    """The query parameters a view reads; any other one is refused with 400 before it runs,
+    so ``?dry_run=1`` on a DELETE can never be silently ignored."""
+
+    def mark(view: F) -> F:
+        view._agentauth_query = frozenset(names)  # type: ignore[attr-defined]
+        return view
+
+    return mark
+
+
+def check_query() -> None:
+    view = _view()
+    if request.routing_exception is not None or view is None:
+        return
+    accepted: frozenset[str] = getattr(view, "_agentauth_query", frozenset())
+    for name in request.args:
+        if name not in accepted:
+            raise ValidationError.field(name, "unknown query parameter")
+        if len(request.args.getlist(name)) > 1:
+            raise ValidationError.field(name, "must be given at most once")
 
 
 def _view() -> Any:
@@ -83,4 +106,5 @@ def mark_received() -> None:
 def register(app: Flask) -> None:
     app.before_request(mark_received)
     app.before_request(authenticate_request)
+    app.before_request(check_query)
     app.after_request(add_rate_headers)

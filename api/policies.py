@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Blueprint, Response
 
-from api.auth import requires
+from api.auth import requires, takes_query
 from api.context import now, principal, services
 from api.params import path_id, read_body, read_paging, read_query
 from core import policies
@@ -26,8 +26,9 @@ def create() -> tuple[dict[str, Any], int]:
 
 
 @bp.get("")
+@takes_query("agent_id", "limit", "offset")
 def list_() -> dict[str, Any]:
-    query = read_query({"agent_id", "limit", "offset"})
+    query = read_query()
     limit, offset = read_paging(query, max_limit=200)
     agent_id = require_uuid(query["agent_id"], "agent_id") if "agent_id" in query else None
     with services().db.transaction() as session:

@@ -4,6 +4,7 @@ stable (UUIDv5) ones for workspaces and git-managed objects."""
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 
@@ -35,12 +36,14 @@ def workspace_id(name: str) -> str:
     return stable_id("workspace", name)
 
 
+_CANONICAL = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
 def is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except (ValueError, TypeError, AttributeError):
-        return False
-    return len(value) == 36
+    """Whether ``value`` is a UUID in its canonical 8-4-4-4-12 form (as ``common.json`` says)."""
+    return isinstance(value, str) and _CANONICAL.fullmatch(value) is not None
 
 
 def normalize_uuid(value: str) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import cache
+from importlib import resources
 from typing import Any
-from zoneinfo import available_timezones
 
 import re2
 
@@ -19,7 +19,10 @@ from schemas import Problem, format_path
 
 @cache
 def known_timezones() -> frozenset[str]:
-    return frozenset(available_timezones() | {"UTC"})
+    """The IANA zone names of the tzdata package: the same set on every host (the system's
+    zone directory would add names such as ``localtime`` that depend on the host)."""
+    names = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8").split()
+    return frozenset(names) | {"UTC"}
 
 
 def _options() -> Any:

@@ -23,9 +23,8 @@ def runner() -> CliRunner:
 
 
 def _create_key(runner, database_url, *args):
-    return runner.invoke(
-        main, ["keys", "create", "--name", "ci", "--db", database_url, *args], catch_exceptions=False
-    )
+    arguments = ["keys", "create", "--name", "ci", "--db", database_url, *args]
+    return runner.invoke(main, arguments, catch_exceptions=False)
 
 
 def test_keys_create_prints_only_a_working_key(runner, database_url):
@@ -88,7 +87,8 @@ def test_default_database_is_agentauth_db_in_the_working_directory(runner, tmp_p
 def test_unusable_database_url_is_a_clear_error(runner):
     result = runner.invoke(main, ["db", "upgrade", "--db", "mysql://nobody@127.0.0.1/x"])
     assert result.exit_code == 1
-    assert "sqlite" in result.output and "postgresql" in result.output
+    assert "sqlite" in result.output
+    assert "postgresql" in result.output
 
 
 def test_invalid_rate_limit_setting_is_a_clear_error(runner, database_url):
