@@ -20,9 +20,11 @@ SPEC_KEYS = (
     "password", "secret", "token", "key", "credential", "authorization",
     "api_key", "apiKey", "access_token", "refresh_token",
 )  # fmt: skip
+# plurals hold the same secrets ("client_secrets", "cookies"); "tokens" alone is left out on
+# purpose, since "max_tokens" is a model parameter, not a credential
 SENSITIVE_WORDS = frozenset(
-    {"password", "passwd", "secret", "token", "key", "credential", "credentials",
-     "authorization", "auth", "cookie"}
+    {"password", "passwords", "passwd", "secret", "secrets", "token", "key", "keys",
+     "credential", "credentials", "authorization", "auth", "cookie", "cookies"}
 )  # fmt: skip
 _SEPARATORS = re.compile(r"[_\-. ]+")
 _WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -33,7 +35,10 @@ def _squash(key: str) -> str:
     return _SEPARATORS.sub("", key).lower()
 
 
-_SPEC_SQUASHED = frozenset(_squash(k) for k in SPEC_KEYS)
+# "accessTokens", "refresh_tokens", "api_keys": the spec's compound keys in the plural
+_SPEC_SQUASHED = frozenset(_squash(k) for k in SPEC_KEYS) | {
+    _squash(k) + "s" for k in ("api_key", "access_token", "refresh_token")
+}
 
 
 @lru_cache(maxsize=4096)
