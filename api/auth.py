@@ -1,26 +1,32 @@
 """Authentication, scopes and per-key rate limiting, as request hooks.
 
 Every view is protected unless marked :func:`public`; :func:`requires` marks the admin-only
-ones. Order: key (401) -> per-key rate limit (429) -> scope (403). The key lookup and the
-counter upsert share one short write transaction; the limit is exact across processes.
+ones. Order: key (401) -> per-key rate limit (429) -> scope (403) -> query names (400). The key
+is looked up without the write lock; the per-key count is one atomic upsert, exact across
+processes, in a short write transaction of its own or, for views marked
+:func:`counts_in_its_transaction`, inside the view's transaction.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
+from sqlalchemy import Connection
 
 from api.context import now, services
 from core import keys, limits
-from core.errors import InsufficientScope, RateLimited, ValidationError
+from core.errors import InsufficientScope, RateLimited, StorageError, ValidationError
 from core.keys import Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
 WINDOW_SECONDS = 60
+log = logging.getLogger("agentauth.api")
 
 
 def public(view: F) -> F:
@@ -66,6 +72,26 @@ def _view() -> Any:
     return current_app.view_functions.get(request.endpoint or "")
 
 
+def counts_in_its_transaction(view: F) -> F:
+    """The view takes the caller's per-key slot inside its own write transaction (through
+    :func:`take_key_slot`), saving the hot path a second commit. If the view fails before
+    that, the slot is taken after the response is built, so failures still count."""
+    view._agentauth_deferred_slot = True  # type: ignore[attr-defined]
+    return view
+
+
+@dataclass(frozen=True)
+class KeySlot:
+    """This request's place in its key's one-minute window."""
+
+    key_id: str
+    window_start: int
+    limit: int
+
+    def take(self, db: Connection) -> int | None:
+        return limits.consume(db, f"key:{self.key_id}", self.window_start, self.limit)
+
+
 def authenticate_request() -> None:
     if request.routing_exception is not None:  # unknown route or method: 404/405 as such
         return
@@ -74,22 +100,49 @@ def authenticate_request() -> None:
         return
     svc = services()
     moment = now()
-    window = int(moment.timestamp()) // WINDOW_SECONDS * WINDOW_SECONDS
-    limit = svc.settings.rate_limit_per_minute
-    with svc.db.transaction(write=True) as session:
-        caller = keys.authenticate(session, request.headers.get("Authorization"), moment)
-        count = limits.consume(session, f"key:{caller.key_id}", window, limit)
+    with svc.db.connect() as connection:
+        caller = keys.authenticate(connection, request.headers.get("Authorization"), moment)
     g.principal = caller
-    g.rate = (limit, 0 if count is None else limit - count, window + WINDOW_SECONDS)
-    if count is None:
-        retry = max(1, math.ceil(window + WINDOW_SECONDS - moment.timestamp()))
-        raise RateLimited(retry, f"more than {limit} requests this minute; retry in {retry} s")
+    window = int(moment.timestamp()) // WINDOW_SECONDS * WINDOW_SECONDS
+    g.key_slot = KeySlot(caller.key_id, window, svc.settings.rate_limit_per_minute)
+    if not getattr(view, "_agentauth_deferred_slot", False):
+        with svc.db.connect(write=True) as connection:
+            take_key_slot(connection)
     needed = getattr(view, "_agentauth_scope", Scope.READ_ONLY)
     if not caller.can(needed):
         raise InsufficientScope(f"this operation needs an API key with the {needed} scope")
 
 
+def take_key_slot(connection: Connection) -> None:
+    """Count this request against its key, in ``connection``'s transaction; RateLimited when
+    the window is full."""
+    slot: KeySlot = g.pop("key_slot")
+    count = slot.take(connection)
+    g.rate = (
+        slot.limit,
+        0 if count is None else slot.limit - count,
+        slot.window_start + WINDOW_SECONDS,
+    )
+    if count is None:
+        retry = max(1, math.ceil(slot.window_start + WINDOW_SECONDS - now().timestamp()))
+        raise RateLimited(retry, f"more than {slot.limit} requests this minute; retry in {retry} s")
+
+
+def _take_deferred_slot() -> None:
+    """A deferred slot the view never reached (it failed first) still counts."""
+    if g.get("key_slot") is None:
+        return
+    try:
+        with services().db.connect(write=True) as connection:
+            take_key_slot(connection)
+    except RateLimited:
+        pass  # the request already failed on its own; its count is what mattered
+    except StorageError:
+        log.warning("could not count a failed request against its key's rate limit")
+
+
 def add_rate_headers(response: Response) -> Response:
+    _take_deferred_slot()
     if "rate" in g:
         limit, remaining, reset = g.rate
         response.headers["X-RateLimit-Limit"] = str(limit)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Connection, Select, func, insert, select
 from sqlalchemy.orm import Session
 
 from core import ids
@@ -42,8 +42,11 @@ class Filters:
     until: datetime | None = None
 
 
+_INSERT = insert(AuditEntry)
+
+
 def append(
-    session: Session,
+    db: Session | Connection,
     *,
     workspace_id: str,
     agent_id: str,
@@ -58,26 +61,26 @@ def append(
     latency_ms: float,
     timestamp: datetime,
 ) -> str:
-    """Write one entry (parameters redacted, API keys scrubbed from every text); its id."""
+    """Write one entry (parameters redacted, API keys scrubbed from every text); its id. A Core
+    insert: it runs on every decision."""
     entry_id = ids.new_sortable_id()
-    session.add(
-        AuditEntry(
-            id=entry_id,
-            workspace_id=workspace_id,
-            agent_id=agent_id,
-            agent_ref=agent_id if agent_exists else None,
-            key_id=key_id,
-            action="authorize",
-            tool_name=scrub(tool_name),
-            parameters=redact(parameters),
-            result=result,
-            policy_id=policy_id,
-            rule_index=rule_index,
-            reason=scrub(reason),
-            latency_ms=latency_ms,
-            timestamp=timestamp,
-        )
-    )
+    row = {
+        "id": entry_id,
+        "workspace_id": workspace_id,
+        "agent_id": agent_id,
+        "agent_ref": agent_id if agent_exists else None,
+        "key_id": key_id,
+        "action": "authorize",
+        "tool_name": scrub(tool_name),
+        "parameters": redact(parameters),
+        "result": result,
+        "policy_id": policy_id,
+        "rule_index": rule_index,
+        "reason": scrub(reason),
+        "latency_ms": latency_ms,
+        "timestamp": timestamp,
+    }
+    db.execute(_INSERT, row)
     return entry_id
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, select
 
 from core import audit
 from core import limits as counters
@@ -65,7 +64,8 @@ class PolicyCache:
 
     Every policy change bumps that version in its own transaction, and each decision reads the
     agent row in its transaction, so a change committed by any process is in force for the very
-    next decision: the cache can be cold, never stale.
+    next decision: the cache can be cold, never stale. (``created_at`` is part of the key too:
+    an agent deleted and created again under a pinned id starts again at version 0.)
     """
 
     def __init__(self, max_agents: int = 10_000) -> None:
@@ -73,12 +73,13 @@ class PolicyCache:
         self._max = max_agents
         self._lock = threading.Lock()
 
-    def policies(self, session: Session, agent: Agent) -> list[CompiledPolicy]:
+    def policies(self, connection: Connection, agent: Any) -> list[CompiledPolicy]:
+        """``agent``: a row with id, created_at and policy_version."""
         version = (agent.created_at, agent.policy_version)
         found = self._entries.get(agent.id)
         if found is not None and found[0] == version:
             return found[1]
-        compiled = load_policies(session, agent.id)
+        compiled = load_policies(connection, agent.id)
         with self._lock:
             if len(self._entries) >= self._max:
                 self._entries.clear()  # crude but bounded; recompiling is cheap
@@ -86,17 +87,29 @@ class PolicyCache:
         return compiled
 
 
-def load_policies(session: Session, agent_id: str) -> list[CompiledPolicy]:
+_AGENTS = Agent.__table__
+_POLICIES = Policy.__table__
+_AGENT = select(
+    _AGENTS.c.id, _AGENTS.c.status, _AGENTS.c.policy_version, _AGENTS.c.created_at
+).where(_AGENTS.c.id == bindparam("id"), _AGENTS.c.workspace_id == bindparam("workspace_id"))
+_ENABLED_POLICIES = select(
+    _POLICIES.c.id,
+    _POLICIES.c.name,
+    _POLICIES.c.priority,
+    _POLICIES.c.created_at,
+    _POLICIES.c.rules,
+).where(_POLICIES.c.agent_id == bindparam("agent_id"), _POLICIES.c.enabled.is_(True))
+
+
+def load_policies(connection: Connection, agent_id: str) -> list[CompiledPolicy]:
     """The agent's enabled policies, compiled, in evaluation order."""
-    rows = session.scalars(
-        select(Policy).where(Policy.agent_id == agent_id, Policy.enabled.is_(True))
-    )
+    rows = connection.execute(_ENABLED_POLICIES, {"agent_id": agent_id})
     return order_policies(
         compile_policy(
             id=row.id,
             name=row.name,
             priority=row.priority,
-            enabled=row.enabled,
+            enabled=True,
             created_at=row.created_at,
             rules=row.rules,
         )
@@ -108,16 +121,16 @@ class DatabaseCounters:
     """The engine's ``consume`` against the shared counters: all limits or none, atomically
     (a savepoint undoes the ones taken before an exhausted one)."""
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
 
     def __call__(self, limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
         if not limits:
             return None
-        savepoint = self.session.begin_nested()
+        savepoint = self.connection.begin_nested()
         for ref in limits:
             taken = counters.consume(
-                self.session, ref.counter_key, ref.window_start(now), ref.max_calls
+                self.connection, ref.counter_key, ref.window_start(now), ref.max_calls
             )
             if taken is None:
                 savepoint.rollback()
@@ -133,26 +146,31 @@ def authorize(
     body: dict[str, Any],
     now: datetime,
     received: float,
+    on_transaction: Callable[[Connection], None] | None = None,
 ) -> Outcome:
     """Decide and record. ``received`` is the ``time.perf_counter()`` reading taken when the
-    request arrived; ``body`` is a valid authorize request."""
+    request arrived; ``body`` is a valid authorize request. ``on_transaction`` runs first
+    inside the decision's transaction (the API counts the request against its key there)."""
     agent_id = body["agent_id"].lower()
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
-    with db.transaction(write=True) as session:
-        agent = session.scalars(
-            select(Agent).where(Agent.id == agent_id, Agent.workspace_id == caller.workspace_id)
+    with db.connect(write=True) as connection:
+        if on_transaction is not None:
+            on_transaction(connection)
+        agent = connection.execute(
+            _AGENT, {"id": agent_id, "workspace_id": caller.workspace_id}
         ).first()
         if agent is None:
             decision = deny_unknown_agent(agent_id)
         elif agent.status != AgentStatus.ACTIVE:
             decision = deny_agent_status(agent.status)
         else:
-            compiled = cache.policies(session, agent)
-            decision = evaluate(compiled, tool_name, parameters, now, DatabaseCounters(session))
+            compiled = cache.policies(connection, agent)
+            consume = DatabaseCounters(connection)
+            decision = evaluate(compiled, tool_name, parameters, now, consume)
         latency_ms = round((time.perf_counter() - received) * 1000, 3)
         audit_id = audit.append(
-            session,
+            connection,
             workspace_id=caller.workspace_id,
             agent_id=agent_id,
             agent_exists=agent is not None,

@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.orm import Session
 
 from core import ids
@@ -87,16 +87,22 @@ def issue_key(
     return row, key
 
 
-def authenticate(session: Session, header: str | None, now: datetime) -> Principal:
+_KEYS = ApiKey.__table__
+_LOOKUP = select(
+    _KEYS.c.id, _KEYS.c.workspace_id, _KEYS.c.scopes, _KEYS.c.expires_at, _KEYS.c.revoked_at
+).where(_KEYS.c.key_hash == bindparam("key_hash"))
+
+
+def authenticate(db: Session | Connection, header: str | None, now: datetime) -> Principal:
     """The caller behind an ``Authorization: Bearer svc_...`` header, or Unauthorized /
-    ApiKeyExpired."""
+    ApiKeyExpired. Runs on every request, hence a prebuilt Core statement."""
     if not header:
         raise Unauthorized("missing API key: send Authorization: Bearer <key>")
     scheme, _, key = header.partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not KEY_PATTERN.fullmatch(key):
         raise Unauthorized("malformed API key: expected Authorization: Bearer svc_<32 hex>")
-    row = session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_key(key))).first()
+    row = db.execute(_LOOKUP, {"key_hash": hash_key(key)}).first()
     if row is None or row.revoked_at is not None:
         raise Unauthorized("invalid or revoked API key")
     if row.expires_at is not None and row.expires_at <= now:

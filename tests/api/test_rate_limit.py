@@ -79,3 +79,20 @@ def test_exact_across_worker_processes(database_url, settings, clock):
     for counts in per_window.values():
         assert set(counts) <= {200, 429}
         assert counts[200] == min(LIMIT * 4, counts[200] + counts[429])
+
+
+def test_authorize_counts_against_the_key_even_when_it_fails_early(client, workspace):
+    """Authorize takes its slot inside the decision's transaction; a request refused before
+    that (a bad body) is still counted, and past the limit nothing is decided or audited."""
+    admin_headers, auditor = workspace.headers("admin"), workspace.headers("read-only")
+    good = {"agent_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "tool_name": "x"}
+    statuses = []
+    for body in (good, {"tool_name": "x"}, good, {}, good, good):
+        response = client.post("/v1/authorize", json=body, headers=admin_headers)
+        statuses.append((response.status_code, response.headers.get("X-RateLimit-Remaining")))
+    assert statuses == [
+        (200, "4"), (400, "3"), (200, "2"), (400, "1"), (200, "0"), (429, "0"),
+    ]  # fmt: skip
+    assert client.get("/v1/audit-logs", headers=admin_headers).status_code == 429
+    audited = client.get("/v1/audit-logs", headers=auditor).json["pagination"]["total"]
+    assert audited == 3
