@@ -14,15 +14,16 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
-from sqlalchemy import Connection
 
 from api.context import now, services
-from core import keys, limits
+from core import keys
 from core.errors import InsufficientScope, RateLimited, StorageError, ValidationError
 from core.keys import Scope
+from core.limits import CounterStore, SqlCounters
 
 F = TypeVar("F", bound=Callable[..., Any])
 WINDOW_SECONDS = 60
@@ -80,16 +81,35 @@ def counts_in_its_transaction(view: F) -> F:
     return view
 
 
-@dataclass(frozen=True)
+@dataclass
 class KeySlot:
-    """This request's place in its key's one-minute window."""
+    """This request's place in its key's one-minute window. Taken once, possibly on the
+    decision recorder's thread (no Flask context there: only this object is touched)."""
 
     key_id: str
     window_start: int
     limit: int
+    moment: datetime
+    taken: bool = False
+    count: int | None = None
 
-    def take(self, db: Connection) -> int | None:
-        return limits.consume(db, f"key:{self.key_id}", self.window_start, self.limit)
+    def take(self, counters: CounterStore) -> None:
+        """Count the request in the caller's transaction; RateLimited when the window is full."""
+        self.count = counters.consume(f"key:{self.key_id}", self.window_start, self.limit)
+        self.taken = True
+        if self.count is None:
+            end = self.window_start + WINDOW_SECONDS
+            retry = max(1, math.ceil(end - self.moment.timestamp()))
+            raise RateLimited(
+                retry, f"more than {self.limit} requests this minute; retry in {retry} s"
+            )
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-RateLimit-Limit": str(self.limit),
+            "X-RateLimit-Remaining": str(0 if self.count is None else self.limit - self.count),
+            "X-RateLimit-Reset": str(self.window_start + WINDOW_SECONDS),
+        }
 
 
 def authenticate_request() -> None:
@@ -104,50 +124,35 @@ def authenticate_request() -> None:
         caller = keys.authenticate(connection, request.headers.get("Authorization"), moment)
     g.principal = caller
     window = int(moment.timestamp()) // WINDOW_SECONDS * WINDOW_SECONDS
-    g.key_slot = KeySlot(caller.key_id, window, svc.settings.rate_limit_per_minute)
+    g.key_slot = KeySlot(caller.key_id, window, svc.settings.rate_limit_per_minute, moment)
     if not getattr(view, "_agentauth_deferred_slot", False):
         with svc.db.connect(write=True) as connection:
-            take_key_slot(connection)
+            g.key_slot.take(SqlCounters(connection))
     needed = getattr(view, "_agentauth_scope", Scope.READ_ONLY)
     if not caller.can(needed):
         raise InsufficientScope(f"this operation needs an API key with the {needed} scope")
 
 
-def take_key_slot(connection: Connection) -> None:
-    """Count this request against its key, in ``connection``'s transaction; RateLimited when
-    the window is full."""
-    slot: KeySlot = g.pop("key_slot")
-    count = slot.take(connection)
-    g.rate = (
-        slot.limit,
-        0 if count is None else slot.limit - count,
-        slot.window_start + WINDOW_SECONDS,
-    )
-    if count is None:
-        retry = max(1, math.ceil(slot.window_start + WINDOW_SECONDS - now().timestamp()))
-        raise RateLimited(retry, f"more than {slot.limit} requests this minute; retry in {retry} s")
-
-
-def _take_deferred_slot() -> None:
-    """A deferred slot the view never reached (it failed first) still counts."""
-    if g.get("key_slot") is None:
-        return
-    try:
-        with services().db.connect(write=True) as connection:
-            take_key_slot(connection)
-    except RateLimited:
-        pass  # the request already failed on its own; its count is what mattered
-    except StorageError:
-        log.warning("could not count a failed request against its key's rate limit")
+def key_slot() -> KeySlot:
+    """This request's slot, for a view marked :func:`counts_in_its_transaction` to take."""
+    slot: KeySlot = g.key_slot
+    return slot
 
 
 def add_rate_headers(response: Response) -> Response:
-    _take_deferred_slot()
-    if "rate" in g:
-        limit, remaining, reset = g.rate
-        response.headers["X-RateLimit-Limit"] = str(limit)
-        response.headers["X-RateLimit-Remaining"] = str(remaining)
-        response.headers["X-RateLimit-Reset"] = str(reset)
+    slot: KeySlot | None = g.get("key_slot")
+    if slot is None:
+        return response
+    if not slot.taken:  # a deferred slot the view never reached (it failed first) still counts
+        try:
+            with services().db.connect(write=True) as connection:
+                slot.take(SqlCounters(connection))
+        except RateLimited:
+            pass  # the request already failed on its own; its count is what mattered
+        except StorageError:
+            log.warning("could not count a failed request against its key's rate limit")
+    if slot.taken:
+        response.headers.update(slot.headers())
     return response
 
 

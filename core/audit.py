@@ -22,6 +22,7 @@ from core import ids
 from core.clock import isoformat
 from core.db.models import AuditEntry
 from core.paging import Page, paginate
+from core.recorder import Batch
 from core.redaction import redact, scrub
 
 RESULTS = ("allowed", "denied", "escalated")
@@ -46,7 +47,7 @@ _INSERT = insert(AuditEntry)
 
 
 def append(
-    db: Session | Connection,
+    db: Session | Connection | Batch,
     *,
     workspace_id: str,
     agent_id: str,
@@ -61,8 +62,8 @@ def append(
     latency_ms: float,
     timestamp: datetime,
 ) -> str:
-    """Write one entry (parameters redacted, API keys scrubbed from every text); its id. A Core
-    insert: it runs on every decision."""
+    """Write one entry (parameters redacted, API keys scrubbed from every text); its id.
+    Decisions write through a group-commit :class:`Batch`; anything else through SQLAlchemy."""
     entry_id = ids.new_sortable_id()
     row = {
         "id": entry_id,
@@ -80,7 +81,10 @@ def append(
         "latency_ms": latency_ms,
         "timestamp": timestamp,
     }
-    db.execute(_INSERT, row)
+    if isinstance(db, Batch):
+        db.append_audit(row)
+    else:
+        db.execute(_INSERT, row)
     return entry_id
 
 

@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select
 
 from core import audit
-from core import limits as counters
 from core.agents import AgentStatus
 from core.compiler import compile_policy
 from core.db import Database
@@ -32,6 +31,8 @@ from core.engine import (
     order_policies,
 )
 from core.keys import Principal
+from core.limits import CounterStore
+from core.recorder import Batch
 
 
 @dataclass(frozen=True)
@@ -117,25 +118,22 @@ def load_policies(connection: Connection, agent_id: str) -> list[CompiledPolicy]
     )
 
 
-class DatabaseCounters:
+class BatchCounters:
     """The engine's ``consume`` against the shared counters: all limits or none, atomically
     (a savepoint undoes the ones taken before an exhausted one)."""
 
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
 
     def __call__(self, limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
         if not limits:
             return None
-        savepoint = self.connection.begin_nested()
+        mark = self.batch.savepoint()
         for ref in limits:
-            taken = counters.consume(
-                self.connection, ref.counter_key, ref.window_start(now), ref.max_calls
-            )
-            if taken is None:
-                savepoint.rollback()
+            if self.batch.consume(ref.counter_key, ref.window_start(now), ref.max_calls) is None:
+                self.batch.rollback_to(mark)
                 return ref
-        savepoint.commit()
+        self.batch.release(mark)
         return None
 
 
@@ -146,31 +144,39 @@ def authorize(
     body: dict[str, Any],
     now: datetime,
     received: float,
-    on_transaction: Callable[[Connection], None] | None = None,
+    on_transaction: Callable[[CounterStore], None] | None = None,
 ) -> Outcome:
     """Decide and record. ``received`` is the ``time.perf_counter()`` reading taken when the
     request arrived; ``body`` is a valid authorize request. ``on_transaction`` runs first
-    inside the decision's transaction (the API counts the request against its key there)."""
+    inside the decision's transaction (the API counts the request against its key there).
+
+    The agent and its policies are read first, without the write lock (a policy change
+    committed before this call started is seen: the agent's version says so). The writes
+    (counters, audit entry) then go through the group-commit recorder, and this returns only
+    once they are durable.
+    """
     agent_id = body["agent_id"].lower()
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
-    with db.connect(write=True) as connection:
-        if on_transaction is not None:
-            on_transaction(connection)
+    with db.connect() as connection:
         agent = connection.execute(
             _AGENT, {"id": agent_id, "workspace_id": caller.workspace_id}
         ).first()
+        active = agent is not None and agent.status == AgentStatus.ACTIVE
+        compiled = cache.policies(connection, agent) if active else []
+
+    def record(batch: Batch) -> Outcome:
+        if on_transaction is not None:
+            on_transaction(batch)
         if agent is None:
             decision = deny_unknown_agent(agent_id)
-        elif agent.status != AgentStatus.ACTIVE:
+        elif not active:
             decision = deny_agent_status(agent.status)
         else:
-            compiled = cache.policies(connection, agent)
-            consume = DatabaseCounters(connection)
-            decision = evaluate(compiled, tool_name, parameters, now, consume)
+            decision = evaluate(compiled, tool_name, parameters, now, BatchCounters(batch))
         latency_ms = round((time.perf_counter() - received) * 1000, 3)
         audit_id = audit.append(
-            connection,
+            batch,
             workspace_id=caller.workspace_id,
             agent_id=agent_id,
             agent_exists=agent is not None,
@@ -184,4 +190,6 @@ def authorize(
             latency_ms=latency_ms,
             timestamp=now,
         )
-    return Outcome(decision, audit_id, latency_ms)
+        return Outcome(decision, audit_id, latency_ms)
+
+    return db.recorder.run(record)

@@ -11,7 +11,7 @@ statement is built once per dialect and only its parameters change.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from sqlalchemy import Connection, Table, bindparam, case, delete
 from sqlalchemy.dialects import postgresql, sqlite
@@ -49,6 +49,21 @@ def consume(db: Session | Connection, name: str, window_start: int, maximum: int
     params = {"name": name, "window_start": window_start, "maximum": maximum}
     count = db.execute(statement, params).scalar()
     return None if count is None else int(count)
+
+
+class CounterStore(Protocol):
+    """Where counters live for one transaction: a SQLAlchemy session or connection
+    (:class:`SqlCounters`), or a group-commit batch (``core.recorder.Batch``)."""
+
+    def consume(self, name: str, window_start: int, maximum: int) -> int | None: ...
+
+
+class SqlCounters:
+    def __init__(self, db: Session | Connection) -> None:
+        self.db = db
+
+    def consume(self, name: str, window_start: int, maximum: int) -> int | None:
+        return consume(self.db, name, window_start, maximum)
 
 
 def reset(session: Session, prefix: str) -> None:

@@ -56,6 +56,9 @@ class Database:
         self._write_lock = threading.Lock() if self.is_sqlite else None
         self._reader = sessionmaker(bind=self.engine, expire_on_commit=False)
         self._writer = sessionmaker(bind=self._write_engine, expire_on_commit=False)
+        from core.recorder import Recorder  # it needs the models, which need this package
+
+        self.recorder = Recorder(self.engine, self._write_lock)
 
     @contextmanager
     def transaction(self, *, write: bool = False, snapshot: bool = False) -> Iterator[Session]:
@@ -103,6 +106,7 @@ class Database:
                 raise StorageError(_describe(exc)) from exc
 
     def dispose(self) -> None:
+        self.recorder.close()
         self.engine.dispose()
 
 
