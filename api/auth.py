@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
-from api.context import now, services
+from api.context import close_reader, now, reader, services
 from core import keys
 from core.errors import InsufficientScope, RateLimited, StorageError, ValidationError
 from core.keys import Scope
@@ -120,8 +120,7 @@ def authenticate_request() -> None:
         return
     svc = services()
     moment = now()
-    with svc.db.connect() as connection:
-        caller = keys.authenticate(connection, request.headers.get("Authorization"), moment)
+    caller = keys.authenticate(reader(), request.headers.get("Authorization"), moment)
     g.principal = caller
     window = int(moment.timestamp()) // WINDOW_SECONDS * WINDOW_SECONDS
     g.key_slot = KeySlot(caller.key_id, window, svc.settings.rate_limit_per_minute, moment)
@@ -166,3 +165,4 @@ def register(app: Flask) -> None:
     app.before_request(authenticate_request)
     app.before_request(check_query)
     app.after_request(add_rate_headers)
+    app.teardown_request(close_reader)

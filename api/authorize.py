@@ -8,7 +8,7 @@ from typing import Any
 from flask import Blueprint, g
 
 from api.auth import counts_in_its_transaction, key_slot
-from api.context import now, principal, services
+from api.context import now, principal, reader, services
 from api.params import read_body
 from core.decisions import authorize as decide
 
@@ -21,6 +21,13 @@ def authorize() -> dict[str, Any]:
     body = read_body("authorize.json#/$defs/request")
     svc = services()
     outcome = decide(
-        svc.db, svc.policies, principal(), body, now(), g.received, on_transaction=key_slot().take
+        svc.db,
+        svc.policies,
+        principal(),
+        body,
+        now(),
+        g.received,
+        reader=reader(),
+        on_transaction=key_slot().take,
     )
     return outcome.as_response()

@@ -144,10 +144,13 @@ def authorize(
     body: dict[str, Any],
     now: datetime,
     received: float,
+    *,
+    reader: Connection,
     on_transaction: Callable[[CounterStore], None] | None = None,
 ) -> Outcome:
     """Decide and record. ``received`` is the ``time.perf_counter()`` reading taken when the
-    request arrived; ``body`` is a valid authorize request. ``on_transaction`` runs first
+    request arrived; ``body`` is a valid authorize request; ``reader`` a connection in a read
+    transaction (snapshot) for the agent and its policies. ``on_transaction`` runs first
     inside the decision's transaction (the API counts the request against its key there).
 
     The agent and its policies are read first, without the write lock (a policy change
@@ -158,12 +161,9 @@ def authorize(
     agent_id = body["agent_id"].lower()
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
-    with db.connect() as connection:
-        agent = connection.execute(
-            _AGENT, {"id": agent_id, "workspace_id": caller.workspace_id}
-        ).first()
-        active = agent is not None and agent.status == AgentStatus.ACTIVE
-        compiled = cache.policies(connection, agent) if active else []
+    agent = reader.execute(_AGENT, {"id": agent_id, "workspace_id": caller.workspace_id}).first()
+    active = agent is not None and agent.status == AgentStatus.ACTIVE
+    compiled = cache.policies(reader, agent) if active else []
 
     def record(batch: Batch) -> Outcome:
         if on_transaction is not None:

@@ -11,7 +11,8 @@ load a file from disk resolve the same references this loader does.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -83,6 +84,65 @@ def validate(ref: str, instance: Any, prefix: tuple[str | int, ...] = ()) -> lis
         for path, message in _describe(error):
             found.add(Problem(None, None, format_path(prefix + path), message))
     return sorted(found)
+
+
+@cache
+def fast_check(ref: str) -> Callable[[Any], bool] | None:
+    """A quick yes/no for schema ``ref``, compiled from the schema itself, for bodies checked on
+    every request. It answers True only for instances the full validator accepts; on False, run
+    :func:`validate` for the problems. None when the schema uses keywords it does not know."""
+    return _compile_fast(_resolve(load_schema(ref.split("#")[0]), ref), ref.split("#")[0])
+
+
+_FAST_KEYWORDS = {"type", "required", "properties", "additionalProperties", "minLength",
+                  "maxLength", "pattern", "maxProperties", "$ref", "title", "description",
+                  "x-message"}  # fmt: skip
+
+
+def _resolve(document: dict[str, Any], ref: str) -> Any:
+    node: Any = document
+    for part in ref.partition("#/")[2].split("/"):
+        node = node[part] if part else node
+    return node
+
+
+def _compile_fast(schema: Any, file: str) -> Callable[[Any], bool] | None:
+    if not isinstance(schema, dict) or not set(schema) <= _FAST_KEYWORDS:
+        return None
+    if "$ref" in schema:
+        target, _, pointer = schema["$ref"].partition("#")
+        target = target or file
+        return _compile_fast(_resolve(load_schema(target), "#" + pointer), target)
+    checks: list[Callable[[Any], bool]] = []
+    kind = schema.get("type")
+    if kind == "string":
+        low, high = schema.get("minLength", 0), schema.get("maxLength", float("inf"))
+        pattern = re.compile(schema["pattern"]) if "pattern" in schema else None
+        checks.append(
+            lambda v: isinstance(v, str)
+            and low <= len(v) <= high
+            and (pattern is None or pattern.search(v) is not None)
+        )
+    elif kind == "object":
+        props = {}
+        for name, sub in schema.get("properties", {}).items():
+            compiled = _compile_fast(sub, file)
+            if compiled is None:
+                return None
+            props[name] = compiled
+        required = frozenset(schema.get("required", ()))
+        closed = schema.get("additionalProperties") is False
+        most = schema.get("maxProperties", float("inf"))
+        checks.append(
+            lambda v: isinstance(v, dict)
+            and len(v) <= most
+            and required <= v.keys()
+            and (not closed or v.keys() <= props.keys())
+            and all(check(v[k]) for k, check in props.items() if k in v)
+        )
+    elif kind is not None or set(schema) - {"title", "description", "x-message"}:
+        return None
+    return lambda v: all(check(v) for check in checks)
 
 
 def format_path(parts: tuple[str | int, ...]) -> str:
