@@ -4,29 +4,16 @@ and what deleting an agent takes with it."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from tests.api.helpers import assert_error, instant
+
 AGENT_FIELDS = {"id", "name", "description", "status", "managedBy", "createdAt", "updatedAt"}
 STATUSES = ["active", "suspended", "revoked"]
 ALLOW_ALL = [{"type": "tool_allowlist", "tools": ["*"]}]
-
-
-def instant(text: str) -> datetime:
-    """An ISO 8601 timestamp as the API writes it (UTC, ``Z``); fails on anything else."""
-    assert text.endswith("Z"), text
-    moment = datetime.fromisoformat(text)
-    assert moment.utcoffset() == timedelta(0)
-    return moment
-
-
-def assert_error(response, status: int, code: str) -> None:
-    assert response.status_code == status, response.get_data(as_text=True)
-    body = response.get_json()
-    assert body["error"]["code"] == code
-    assert body["error"]["message"]
 
 
 def create_agent(client: Any, headers: dict[str, str], **body: Any) -> Any:

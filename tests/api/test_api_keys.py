@@ -10,22 +10,11 @@ from typing import Any
 
 import pytest
 
+from tests.api.helpers import assert_error, instant
 from tests.conftest import bearer
 
 KEY_FIELDS = {"id", "name", "prefix", "scopes", "expiresAt", "createdAt"}
 KEY_FORMAT = re.compile(r"svc_[0-9a-f]{32}")
-
-
-def instant(text: str) -> datetime:
-    assert text.endswith("Z"), text
-    return datetime.fromisoformat(text)
-
-
-def assert_error(response, status: int, code: str) -> None:
-    assert response.status_code == status, response.get_data(as_text=True)
-    body = response.get_json()
-    assert body["error"]["code"] == code
-    assert body["error"]["message"]
 
 
 def create_key(client, headers, **body) -> Any:

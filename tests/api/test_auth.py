@@ -13,18 +13,10 @@ from typing import Any
 
 import pytest
 
+from tests.api.helpers import assert_error
 from tests.conftest import bearer
 
 ALLOW_ALL = [{"type": "tool_allowlist", "tools": ["*"]}]
-
-
-def assert_error(response, status: int, code: str) -> None:
-    assert response.status_code == status, response.get_data(as_text=True)
-    body = response.get_json()
-    assert set(body) == {"error"}
-    assert body["error"]["code"] == code
-    assert isinstance(body["error"]["message"], str)
-    assert body["error"]["message"]
 
 
 @dataclass

@@ -12,24 +12,11 @@ from typing import Any
 import pytest
 
 from schemas import FILES, load_schema
+from tests.api.helpers import assert_error
 
 MIB = 1024 * 1024
 UNKNOWN = "00000000-0000-4000-8000-00000000abcd"
 ALLOW_ALL = [{"type": "tool_allowlist", "tools": ["*"]}]
-
-
-def assert_error(response, status: int, code: str) -> Any:
-    assert response.status_code == status, response.get_data(as_text=True)[:500]
-    assert response.mimetype == "application/json"
-    body = response.get_json()
-    assert set(body) == {"error"}
-    error = body["error"]
-    assert set(error) <= {"code", "message", "details"}
-    assert error["code"] == code
-    assert isinstance(error["message"], str)
-    assert error["message"]
-    assert "Traceback" not in error["message"]
-    return error
 
 
 @pytest.fixture

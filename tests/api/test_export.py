@@ -14,28 +14,12 @@ import pytest
 
 from core import audit
 from core.redaction import MASK
+from tests.api.helpers import decide, make_agent
 
 COLUMNS = ["Timestamp", "Agent ID", "Tool", "Result", "Reason", "Latency (ms)", "Parameters"]
 ALLOW_CALENDAR = [{"type": "tool_allowlist", "tools": ["calendar.*"]}]
 LIMIT = 5000
 TRUNCATION_HEADERS = ("X-Svc-Export-Truncated", "X-Svc-Export-Limit")
-
-
-def make_agent(client, headers, name: str = "agent", rules: list | None = None) -> str:
-    agent = client.post("/v1/agents", json={"name": name}, headers=headers)
-    assert agent.status_code == 201, agent.get_data(as_text=True)
-    if rules is not None:
-        body = {"agent_id": agent.json["id"], "name": f"{name}-policy", "rules": rules}
-        policy = client.post("/v1/policies", json=body, headers=headers)
-        assert policy.status_code == 201, policy.get_data(as_text=True)
-    return str(agent.json["id"])
-
-
-def decide(client, headers, agent_id: str, tool: str, **parameters: Any) -> dict[str, Any]:
-    body = {"agent_id": agent_id, "tool_name": tool, "parameters": parameters}
-    response = client.post("/v1/authorize", json=body, headers=headers)
-    assert response.status_code == 200, response.get_data(as_text=True)
-    return dict(response.json)
 
 
 def export(client, headers, **query: Any):

@@ -4,10 +4,12 @@ update and delete, field by field."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
+
+from tests.api.helpers import assert_error, instant
 
 POLICY_FIELDS = {
     "id",
@@ -53,18 +55,6 @@ RULES = {
     "time-based-hours-only": {"type": "time_based", "timeWindow": {"allowedHours": [0]}},
     "time-based-days-only": {"type": "time_based", "timeWindow": {"allowedDays": [0, 6]}},
 }
-
-
-def instant(text: str) -> datetime:
-    assert text.endswith("Z"), text
-    return datetime.fromisoformat(text)
-
-
-def assert_error(response, status: int, code: str) -> None:
-    assert response.status_code == status, response.get_data(as_text=True)
-    body = response.get_json()
-    assert body["error"]["code"] == code
-    assert body["error"]["message"]
 
 
 @pytest.fixture

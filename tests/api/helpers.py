@@ -1,0 +1,49 @@
+"""Small helpers the API tests share: asserting the error body, reading timestamps, making an
+agent with a policy, asking for a decision."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+
+def assert_error(response: Any, status: int, code: str) -> Any:
+    """The response is the spec's error body with this status and code; returns ``error``."""
+    assert response.status_code == status, response.get_data(as_text=True)[:500]
+    assert response.mimetype == "application/json"
+    body = response.get_json()
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) <= {"code", "message", "details"}
+    assert error["code"] == code
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    assert "Traceback" not in error["message"]
+    return error
+
+
+def instant(text: str) -> datetime:
+    """An ISO 8601 timestamp as the API writes it (UTC, ``Z``); fails on anything else."""
+    assert text.endswith("Z"), text
+    moment = datetime.fromisoformat(text)
+    assert moment.utcoffset() == timedelta(0)
+    return moment
+
+
+def make_agent(client: Any, headers: Any, name: str = "agent", rules: list | None = None) -> str:
+    """A new agent (with one policy of ``rules`` when given); its id."""
+    agent = client.post("/v1/agents", json={"name": name}, headers=headers)
+    assert agent.status_code == 201, agent.get_data(as_text=True)
+    if rules is not None:
+        body = {"agent_id": agent.json["id"], "name": f"{name}-policy", "rules": rules}
+        policy = client.post("/v1/policies", json=body, headers=headers)
+        assert policy.status_code == 201, policy.get_data(as_text=True)
+    return str(agent.json["id"])
+
+
+def decide(client: Any, headers: Any, agent_id: str, tool: str, **parameters: Any) -> Any:
+    """POST /v1/authorize; the decision body (asserting the 200)."""
+    body = {"agent_id": agent_id, "tool_name": tool, "parameters": parameters}
+    response = client.post("/v1/authorize", json=body, headers=headers)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return dict(response.json)
