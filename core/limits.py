@@ -10,33 +10,25 @@ statement is built once per dialect and only its parameters change.
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any, Protocol, cast
+from typing import Protocol
 
-from sqlalchemy import Connection, Table, bindparam, case, delete
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, delete, text
 from sqlalchemy.orm import Session
 
 from core.db.models import Counter
 
-_TABLE = cast(Table, Counter.__table__)
-
-
-@cache
-def _upsert(dialect: str) -> Any:
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    upsert = insert(_TABLE).values(
-        name=bindparam("name"), window_start=bindparam("window_start"), count=1
-    )
-    same_window = _TABLE.c.window_start == upsert.excluded.window_start
-    return upsert.on_conflict_do_update(
-        index_elements=[_TABLE.c.name],
-        set_={
-            "count": case((same_window, _TABLE.c.count + 1), else_=1),
-            "window_start": upsert.excluded.window_start,
-        },
-        where=(~same_window) | (_TABLE.c.count < bindparam("maximum")),
-    ).returning(_TABLE.c.count)
+#: the one counting statement; SQLite and PostgreSQL both take it as written (the decision
+#: recorder runs it through the driver directly, everything else through SQLAlchemy)
+UPSERT_SQL = (
+    "INSERT INTO rate_counters (name, window_start, count) VALUES (:name, :window_start, 1) "
+    "ON CONFLICT (name) DO UPDATE SET "
+    "count = CASE WHEN rate_counters.window_start = excluded.window_start "
+    "THEN rate_counters.count + 1 ELSE 1 END, window_start = excluded.window_start "
+    "WHERE rate_counters.window_start <> excluded.window_start "
+    "OR rate_counters.count < :maximum "
+    "RETURNING count"
+)
+_UPSERT = text(UPSERT_SQL)
 
 
 def consume(db: Session | Connection, name: str, window_start: int, maximum: int) -> int | None:
@@ -44,10 +36,8 @@ def consume(db: Session | Connection, name: str, window_start: int, maximum: int
 
     Returns the count after taking it, or None when the window already holds ``maximum``.
     """
-    bind = db.get_bind() if isinstance(db, Session) else db
-    statement = _upsert(bind.dialect.name)
     params = {"name": name, "window_start": window_start, "maximum": maximum}
-    count = db.execute(statement, params).scalar()
+    count = db.execute(_UPSERT, params).scalar()
     return None if count is None else int(count)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from sqlalchemy import Engine
 
 from core.db.models import AuditEntry
 from core.errors import StorageError
+from core.limits import UPSERT_SQL
 
 log = logging.getLogger("agentauth.recorder")
 T = TypeVar("T")
@@ -35,14 +37,6 @@ _AUDIT_COLUMNS = (
     "id", "workspace_id", "agent_id", "agent_ref", "key_id", "action", "tool_name",
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
 )  # fmt: skip
-_UPSERT = (
-    "INSERT INTO rate_counters (name, window_start, count) VALUES (?, ?, 1) "
-    "ON CONFLICT (name) DO UPDATE SET "
-    "count = CASE WHEN rate_counters.window_start = excluded.window_start "
-    "THEN rate_counters.count + 1 ELSE 1 END, window_start = excluded.window_start "
-    "WHERE rate_counters.window_start <> excluded.window_start OR rate_counters.count < ? "
-    "RETURNING count"
-)
 # built from the fixed column list above, never from input
 _INSERT = "INSERT INTO audit_log ({}) VALUES ({})".format(  # noqa: S608
     ", ".join(_AUDIT_COLUMNS), ", ".join("?" for _ in _AUDIT_COLUMNS)
@@ -55,7 +49,8 @@ class Batch:
     def __init__(self, cursor: Any, dialect: Any, sqlite: bool) -> None:
         self._cursor = cursor
         self._sqlite = sqlite
-        self._upsert = _UPSERT if sqlite else _UPSERT.replace("?", "%s")
+        # sqlite3 takes :name parameters as written; psycopg wants %(name)s
+        self._upsert = UPSERT_SQL if sqlite else re.sub(r":(\w+)", r"%(\1)s", UPSERT_SQL)
         self._insert = _INSERT if sqlite else _INSERT.replace("?", "%s")
         columns = AuditEntry.__table__.c
         self._processors = {
@@ -66,7 +61,8 @@ class Batch:
 
     def consume(self, name: str, window_start: int, maximum: int) -> int | None:
         """One slot of a fixed-window counter (see core.limits); None when it is full."""
-        self._cursor.execute(self._upsert, (name, window_start, maximum))
+        params = {"name": name, "window_start": window_start, "maximum": maximum}
+        self._cursor.execute(self._upsert, params)
         row = self._cursor.fetchone()
         return None if row is None else int(row[0])
 
