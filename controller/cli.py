@@ -40,8 +40,13 @@ def main() -> None:
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--db", help=DB_HELP)
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64))
-@click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 64),
-              help="threads per worker process")
+@click.option(
+    "--threads",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="threads per worker process",
+)
 def serve(host: str, port: int, db: str | None, workers: int, threads: int) -> None:
     """Bring the schema up to date, then serve the API."""
     from api.server import serve as run_server
@@ -87,8 +92,7 @@ def _instant(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @keys.command("create")
 @click.option("--name", required=True, help="a label for the key")
 @click.option("--scopes", required=True, callback=_scopes, help="admin, read-only or both")
-@click.option("--workspace", default="default", show_default=True,
-              help="created on first use")
+@click.option("--workspace", default="default", show_default=True, help="created on first use")
 @click.option("--expires-at", callback=_instant, help="ISO 8601 expiry (default: never)")
 @click.option("--db", help=DB_HELP)
 def keys_create(
