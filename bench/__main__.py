@@ -2,8 +2,8 @@
 
 1. In-process decisions per second: our engine, cedarpy and pycasbin on the same policy
    (:mod:`bench.engine_compare`), after checking that all three agree on every request.
-2. POST /v1/authorize over HTTP against a bare Flask endpoint on the same gunicorn
-   (:mod:`bench.http_compare`), then a per-phase profile of one authorize request.
+2. POST /v1/authorize over HTTP against a bare Flask endpoint on the same gunicorn, points
+   interleaved (:mod:`bench.http_compare`), then a per-phase profile of one authorize request.
 
 Installs ``bench/requirements.txt`` into the running interpreter when a package is missing,
 and ``wrk`` with apt-get when missing and running as root. Exits 1 when the engines disagree or
@@ -161,25 +161,31 @@ def run_http(config: HttpConfig) -> bool:
     print("## 2. POST /v1/authorize over HTTP vs a bare Flask JSON endpoint\n")
     print(
         f"gunicorn gthread, {config.workers} workers x {config.threads} threads, 127.0.0.1; "
-        f"wrk, 1 thread, {config.warmup:g} s warm-up + {config.seconds:g} s per point; SQLite "
-        f"WAL with synchronous={config.synchronous or 'FULL (the default)'}, fresh database, "
-        "every decision's audit row committed before the answer.\n",
+        f"wrk, 1 thread, {config.warmup:g} s warm-up + {config.seconds:g} s per point; both "
+        f"servers up at once, {config.rounds} interleaved rounds per concurrency (bare, "
+        "authorize, then the other way round), medians reported; SQLite WAL with "
+        f"synchronous={config.synchronous or 'FULL (the default)'}, fresh database, every "
+        "decision's audit row committed before the answer.\n",
         flush=True,
     )
     results = hc.bench_http(config, lambda line: print(line, flush=True))
     print()
     rows = []
-    for bare, authz in zip(results.bare, results.authorize, strict=True):
+    for c in results.comparisons:
+        bare, authz = c.bare, c.authorize
         rows.append(
             [
-                str(bare.concurrency),
+                str(c.concurrency),
                 f"{bare.rps:,.0f}",
                 f"{bare.p50_ms:.2f}",
                 f"{bare.p99_ms:.2f}",
+                f"{bare.cpu_micros:,.0f}",
                 f"{authz.rps:,.0f}",
                 f"{authz.p50_ms:.2f}",
                 f"{authz.p99_ms:.2f}",
-                f"{authz.rps / bare.rps:.0%}",
+                f"{authz.cpu_micros:,.0f}",
+                f"{c.ratio:.0%}",
+                " ".join(f"{r:.0%}" for r in c.ratios),
             ]
         )
     print_table(
@@ -188,28 +194,45 @@ def run_http(config: HttpConfig) -> bool:
             "bare req/s",
             "bare p50 ms",
             "bare p99 ms",
+            "bare CPU µs/req",
             "authorize req/s",
             "authorize p50 ms",
             "authorize p99 ms",
+            "authorize CPU µs/req",
             "authorize / bare",
+            "each round",
         ],
         rows,
+        text=(10,),
+    )
+    restarts = sum(c.restarts for c in results.comparisons)
+    print(
+        "req/s, p50, p99 and CPU are medians over the rounds; CPU is the user + system time of "
+        "the server's processes (gunicorn arbiter and workers) per request, wrk excluded; "
+        "authorize / bare is the median of the rounds' ratios, each taken between the two "
+        "points measured back to back. "
+        + (
+            f"{restarts} wrk runs were stopped after {hc.PLACEMENT_CHECK_SECONDS:g} s and started "
+            "again because a gunicorn worker held none of the connections (see README).\n"
+            if config.spread
+            else "Points were kept whatever the placement of wrk's connections.\n"
+        )
     )
     print(
         f"Audit rows in the database: {results.audit_rows:,}; authorize responses seen by wrk "
         f"(warm-ups included) plus the check request: {results.answered:,}.\n"
     )
-    by_c = {p.concurrency: (b, p) for b, p in zip(results.bare, results.authorize, strict=True)}
+    by_c = {c.concurrency: c for c in results.comparisons}
     if 8 in by_c:
-        bare, authz = by_c[8]
-        ratio = authz.rps / bare.rps
+        ratio = by_c[8].ratio
         verdict = "meets" if ratio >= HTTP_TARGET else "BELOW"
         print(
             f"**Ratio at concurrency 8: {ratio:.0%} of the bare endpoint's throughput** "
             f"(target >= {HTTP_TARGET:.0%}: {verdict} target)\n",
             flush=True,
         )
-    bad = [p for p in results.bare + results.authorize if p.unexpected or p.socket_errors]
+    points = [p for c in results.comparisons for p in (c.bare, c.authorize)]
+    bad = [p for p in points if p.unexpected or p.socket_errors]
     if bad:
         print("UNEXPECTED RESPONSES OR SOCKET ERRORS: see the lines above")
     if results.audit_rows < results.answered:
@@ -218,15 +241,18 @@ def run_http(config: HttpConfig) -> bool:
     return not bad
 
 
-def run_profile(requests: int) -> None:
+def run_profile(requests: int, threads: int) -> None:
     from bench import http_compare as hc
 
     print("## 3. Where an authorize request's time goes (in-process, one thread)\n")
-    profile = hc.profile_authorize(requests)
+    profile = hc.profile_authorize(requests, threads)
     print(
         f"{profile.requests} requests through Flask's test client (no HTTP server, no "
         f"contention): {profile.total_micros:,.0f} µs each "
-        f"({1e6 / profile.total_micros:,.0f} req/s on one thread).\n"
+        f"({1e6 / profile.total_micros:,.0f} req/s on one thread), of which "
+        f"{profile.cpu_micros:,.0f} µs of CPU (both threads, timers included; the rest is "
+        f"waiting, mostly for the fsync). Decisions per group transaction: "
+        f"{profile.batch_size:.2f}.\n"
     )
     rows = []
     for phase in profile.phases:
@@ -236,20 +262,69 @@ def run_profile(requests: int) -> None:
                 label,
                 f"{phase.micros:,.0f}",
                 f"{phase.micros / profile.total_micros:.0%}",
-                f"{phase.calls:.1f}",
+                "" if phase.calls is None else f"{phase.calls:.2f}",
             ]
         )
     print_table(["phase", "µs/request", "share", "calls/request"], rows)
-    bound = 1e6 / profile.lock_micros
     print(
-        f"SQLite's write lock is held {profile.lock_micros:,.0f} µs per request (BEGIN IMMEDIATE "
-        f"to the end of COMMIT, both transactions): one database file serialises that, so "
-        f"about {bound:,.0f} authorize/s is the ceiling at any concurrency. A raw 4 KiB append + "
-        f"fsync on the temp directory's disk takes {profile.fsync_micros:,.0f} µs.\n"
+        "Rows with no calls/request are differences: a phase minus the rows timed inside it. "
+        "The writer thread's rows are part of the recorder round trip, during which the "
+        "request thread waits.\n"
     )
+    if profile.missing:
+        print(f"Not measured (not found in the app): {', '.join(profile.missing)}.\n")
+    if profile.lock_micros > 0:
+        print(
+            f"SQLite's write lock is held {profile.lock_micros:,.0f} µs per request (end of "
+            f"BEGIN IMMEDIATE to end of COMMIT, one group transaction per decision here): one "
+            f"database file serialises that, so without batching about "
+            f"{1e6 / profile.lock_micros:,.0f} authorize/s would be the ceiling."
+        )
+    else:
+        print("The write lock was not seen (no BEGIN IMMEDIATE/COMMIT through the recorder).")
     print(
-        "cProfile (a fresh app, no timers), top functions by own time, µs per request "
-        "(cProfile inflates Python-heavy code):\n"
+        f"A raw 4 KiB append + fsync on the temp directory's disk takes "
+        f"{profile.fsync_micros:,.0f} µs.\n"
+    )
+    c = profile.contended
+    if c is not None:
+        print(
+            f"The same app driven by {c.threads} threads of one process at once ({c.requests} "
+            f"requests, no timers), as a gunicorn worker is under load: {c.micros:,.0f} µs of "
+            f"wall time and {c.cpu_micros:,.0f} µs of CPU per request "
+            f"({1e6 / c.micros:,.0f} req/s), {c.batch_size:.2f} "
+            f"decisions per group transaction, a batch takes {c.batch_micros:,.0f} µs on the "
+            f"writer thread and holds the write lock {c.lock_micros * c.batch_size:,.0f} µs "
+            f"({c.lock_micros:,.0f} µs per decision). What the writer sends to the driver, "
+            "alone and with the other threads running (wall time per call, so it includes "
+            "waiting to get the GIL back after the call released it):\n"
+        )
+        rows = []
+        for kind, (calls, micros) in c.statements.items():
+            alone = profile.statements.get(kind)
+            rows.append(
+                [
+                    kind,
+                    f"{calls:.2f}",
+                    "-" if alone is None else f"{alone[1]:,.0f}",
+                    f"{micros:,.0f}",
+                    f"{calls * micros:,.0f}",
+                ]
+            )
+        print_table(
+            [
+                "statement",
+                "calls per batch",
+                "µs per call, one thread",
+                f"µs per call, {c.threads} threads",
+                "µs per batch",
+            ],
+            rows,
+        )
+    print(
+        "cProfile (a fresh app, no timers; the writer thread's profile merged in), top "
+        "functions by own time, µs per request (cProfile inflates Python-heavy code; "
+        "`acquire` of `_thread.lock` is mostly the request thread waiting for the writer):\n"
     )
     print_table(
         ["function", "own µs", "cumulative µs"],
@@ -268,7 +343,21 @@ def main() -> int:
     parser.add_argument(
         "--engine-seconds", type=float, default=2, help="per engine timing run, median of 3"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=defaults.rounds, help="interleaved rounds per concurrency"
+    )
+    parser.add_argument(
+        "--any-placement",
+        action="store_true",
+        help="keep every HTTP point, even when a gunicorn worker got none of wrk's connections",
+    )
     parser.add_argument("--profile-requests", type=int, default=2000)
+    parser.add_argument(
+        "--profile-threads",
+        type=int,
+        default=defaults.threads,
+        help="threads of the contended profile pass (default: a gunicorn worker's threads)",
+    )
     parser.add_argument(
         "--skip", action="append", default=[], choices=["engines", "http", "profile"]
     )
@@ -283,6 +372,8 @@ def main() -> int:
         concurrencies=tuple(int(c) for c in args.concurrency.split(",")),
         seconds=args.seconds,
         warmup=args.warmup,
+        rounds=args.rounds,
+        spread=not args.any_placement,
         workers=args.workers,
         threads=args.threads,
         synchronous=args.synchronous,
@@ -301,7 +392,7 @@ def main() -> int:
     if "http" not in args.skip:
         ok = run_http(config) and ok
     if "profile" not in args.skip:
-        run_profile(args.profile_requests)
+        run_profile(args.profile_requests, args.profile_threads)
     return 0 if ok else 1
 
 
