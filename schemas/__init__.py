@@ -119,9 +119,11 @@ def _compile_fast(schema: Any, file: str) -> Callable[[Any], bool] | None:
         low, high = schema.get("minLength", 0), schema.get("maxLength", float("inf"))
         pattern = re.compile(schema["pattern"]) if "pattern" in schema else None
         checks.append(
-            lambda v: isinstance(v, str)
-            and low <= len(v) <= high
-            and (pattern is None or pattern.search(v) is not None)
+            lambda v: (
+                isinstance(v, str)
+                and low <= len(v) <= high
+                and (pattern is None or pattern.search(v) is not None)
+            )
         )
     elif kind == "object":
         props = {}
@@ -134,11 +136,13 @@ def _compile_fast(schema: Any, file: str) -> Callable[[Any], bool] | None:
         closed = schema.get("additionalProperties") is False
         most = schema.get("maxProperties", float("inf"))
         checks.append(
-            lambda v: isinstance(v, dict)
-            and len(v) <= most
-            and required <= v.keys()
-            and (not closed or v.keys() <= props.keys())
-            and all(check(v[k]) for k, check in props.items() if k in v)
+            lambda v: (
+                isinstance(v, dict)
+                and len(v) <= most
+                and required <= v.keys()
+                and (not closed or v.keys() <= props.keys())
+                and all(check(v[k]) for k, check in props.items() if k in v)
+            )
         )
     elif kind is not None or set(schema) - {"title", "description", "x-message"}:
         return None
