@@ -33,6 +33,7 @@ FILES = (
     "api-key.json",
     "authorize.json",
     "audit.json",
+    "document.json",
 )
 
 
