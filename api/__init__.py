@@ -16,7 +16,17 @@ from core.decisions import PolicyCache
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Flask:
-    from api import agents, api_keys, audit_logs, auth, authorize, errors, meta, policies
+    from api import (
+        agents,
+        api_keys,
+        audit_logs,
+        auth,
+        authorize,
+        errors,
+        meta,
+        policies,
+        sync_status,
+    )
     from api.context import Services
 
     settings = settings or Settings.from_env()
@@ -28,6 +38,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     )
     errors.register(app)
     auth.register(app)
-    for module in (meta, authorize, agents, policies, api_keys, audit_logs):
+    for module in (meta, authorize, agents, policies, api_keys, audit_logs, sync_status):
         app.register_blueprint(module.bp)
     return app

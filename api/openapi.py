@@ -189,6 +189,12 @@ def document() -> dict[str, Any]:
             query=filters,
         )
     }
+    paths["/v1/sync-status"] = {
+        "get": _operation(
+            "what the GitOps controller last applied to this workspace (extension; any scope)",
+            {"200": _json(ref("sync-status.status"), "the sync status")},
+        )
+    }
     paths["/v1/openapi.json"] = {
         "get": {
             "summary": "this document",

@@ -5,17 +5,30 @@ Settings are built here, once, from flags and ``AGENTAUTH_*`` variables, and pas
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 
 import click
 
+from controller.apply import ApplyResult, apply_repo
+from controller.impact import DEFAULT_REPLAY, AgentImpact, analyse
+from controller.load import DocumentCache, SourceFile
+from controller.plan import Plan, build_plan
+from controller.render import render_json, render_markdown, render_text
+from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
+from controller.sources import open_repository, read_files, read_revision, revision_of
+from controller.state import as_applied, read_live
 from core.clock import parse_instant, utc_now
 from core.config import Settings
 from core.db import Database
 from core.db.migrate import upgrade
 from core.errors import AgentAuthError
 from core.keys import Scope, ensure_workspace, issue_key
+from schemas import Problem
 
 DB_HELP = "database URL (default: $AGENTAUTH_DATABASE_URL, else sqlite:///agentauth.db)"
 
@@ -130,3 +143,192 @@ def db_upgrade(url: str | None) -> None:
     except AgentAuthError as exc:
         _fail(exc)
     click.echo("database schema is up to date")
+
+
+# ------------------------------------------------------------------- policy repository verbs
+
+FORMATS = click.Choice(["text", "json", "markdown"])
+WORKSPACE_HELP = "workspace the repository is applied to (created on first use)"
+
+
+def _cache(settings: Settings, directory: Path) -> DocumentCache:
+    if not settings.cache_dir:
+        return DocumentCache(None)
+    key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:24]
+    return DocumentCache(Path(settings.cache_dir) / "documents" / f"{key}.json")
+
+
+def _read_repo(
+    directory: Path, workspace: str, settings: Settings
+) -> tuple[Repo, list[SourceFile]]:
+    files = read_files(directory)
+    return load_repo(files, workspace, _cache(settings, directory)), files
+
+
+def _print_problems(problems: Sequence[Problem]) -> None:
+    for problem in problems:
+        click.echo(f"{problem}" + (" (warning)" if problem.severity != "error" else ""))
+
+
+def _refuse_invalid(repo: Repo) -> None:
+    """Print every problem and exit 1 when the repository has errors."""
+    if repo.errors:
+        _print_problems(repo.problems)
+        click.echo(f"error: {len(repo.errors)} problem(s) in the repository", err=True)
+        sys.exit(1)
+
+
+def _style() -> Callable[..., str]:
+    colored = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    return click.style if colored else (lambda text, **_: text)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+def validate(directory: Path) -> None:
+    """Check a policy repository: every schema and semantic problem, with file:line:col."""
+    try:
+        repo, files = _read_repo(directory, DEFAULT_WORKSPACE, Settings.from_env())
+    except AgentAuthError as exc:
+        _fail(exc)
+    _print_problems(repo.problems)
+    errors, warnings = len(repo.errors), len(repo.warnings)
+    summary = f"{len(files)} file(s): {errors} error(s), {warnings} warning(s)"
+    click.echo(summary, err=True)
+    sys.exit(1 if errors else 0)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
+@click.option("--db", help=DB_HELP)
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
+@click.option("--detailed-exitcode", is_flag=True, help="exit 2 when there are changes")
+@click.option("--prune-agents", is_flag=True, help="plan the deletion of agents gone from the repo")
+@click.option(
+    "--replay",
+    default=DEFAULT_REPLAY,
+    show_default=True,
+    type=click.IntRange(0, 1_000_000),
+    help="recent calls per changed agent to replay (0: no impact analysis)",
+)
+def plan(
+    directory: Path,
+    workspace: str,
+    db: str | None,
+    fmt: str,
+    detailed_exitcode: bool,
+    prune_agents: bool,
+    replay: int,
+) -> None:
+    """Show what apply would change in the database, field by field, and its impact."""
+    try:
+        settings = _settings(db)
+        repo, _ = _read_repo(directory, workspace, settings)
+        _refuse_invalid(repo)
+        database = Database(settings)
+        upgrade(database)
+        with database.transaction(snapshot=True) as session:
+            live = read_live(session, repo.workspace_id)
+            the_plan = build_plan(repo, live, prune_agents=prune_agents)
+            impacts = analyse(session, repo, the_plan, replay)
+        database.dispose()
+    except AgentAuthError as exc:
+        _fail(exc)
+    _render(the_plan, impacts, repo.warnings, fmt, "agentauth plan")
+    sys.exit(2 if detailed_exitcode and the_plan.has_changes else 0)
+
+
+def _render(
+    the_plan: Plan,
+    impacts: Sequence[AgentImpact],
+    warnings: Sequence[Problem],
+    fmt: str,
+    title: str,
+) -> None:
+    if fmt == "json":
+        click.echo(render_json(the_plan, list(impacts), warnings), nl=False)
+    elif fmt == "markdown":
+        click.echo(render_markdown(the_plan, impacts, warnings, title), nl=False)
+    else:
+        click.echo(render_text(the_plan, impacts, warnings, _style()), nl=False)
+
+
+@main.command()
+@click.argument("base")
+@click.argument("head")
+@click.option(
+    "--repo",
+    "repo_path",
+    default=".",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="the git repository",
+)
+@click.option("--path", "subdir", default="", help="the policy folder inside the git repository")
+@click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
+@click.option("--detailed-exitcode", is_flag=True, help="exit 2 when there are changes")
+def diff(
+    base: str,
+    head: str,
+    repo_path: Path,
+    subdir: str,
+    workspace: str,
+    fmt: str,
+    detailed_exitcode: bool,
+) -> None:
+    """What changes from git revision BASE to HEAD of a policy repository (no database)."""
+    try:
+        git_repo = open_repository(repo_path)
+        before = load_repo(read_revision(git_repo, base, subdir), workspace)
+        after = load_repo(read_revision(git_repo, head, subdir), workspace)
+    except AgentAuthError as exc:
+        _fail(exc)
+    _refuse_invalid(after)
+    the_plan = build_plan(after, as_applied(before), prune_agents=True)
+    _render(the_plan, [], after.warnings, fmt, f"agentauth diff {base}..{head}")
+    sys.exit(2 if detailed_exitcode and the_plan.has_changes else 0)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
+@click.option("--db", help=DB_HELP)
+@click.option(
+    "--prune-agents", is_flag=True, help="also delete managed agents gone from the repository"
+)
+@click.option("--adopt", is_flag=True, help="take over unmanaged objects that have the same id")
+def apply(directory: Path, workspace: str, db: str | None, prune_agents: bool, adopt: bool) -> None:
+    """Make the database what the repository declares, in one transaction."""
+    try:
+        settings = _settings(db)
+        repo, files = _read_repo(directory, workspace, settings)
+        database = Database(settings)
+        upgrade(database)
+        result = apply_repo(
+            database,
+            repo,
+            workspace=workspace,
+            revision=revision_of(directory, files),
+            source=str(directory.resolve()),
+            now=utc_now(),
+            prune_agents=prune_agents,
+            adopt=adopt,
+        )
+        database.dispose()
+    except AgentAuthError as exc:
+        _fail(exc)
+    _report_apply(result)
+
+
+def _report_apply(result: ApplyResult) -> None:
+    if not result.ok:
+        _print_problems(result.problems)
+        click.echo(f"error: {result.error}", err=True)
+        click.echo(f"revision {result.revision} was not applied", err=True)
+        sys.exit(1)
+    assert result.plan is not None
+    click.echo(render_text(result.plan, style=_style()), nl=False)
+    verb = "applied" if result.plan.has_changes else "already applied, nothing to change"
+    click.echo(f"revision {result.revision}: {verb}")

@@ -168,9 +168,7 @@ def parse_file(source: SourceFile) -> LoadedFile:
                 )
             )
             continue
-        document = Document(
-            source.path, index, line, column, body, builder.positions, builder.keys
-        )
+        document = Document(source.path, index, line, column, body, builder.positions, builder.keys)
         documents.append(document)
         problems += check_document(document)
     return LoadedFile(source.path, source.digest, tuple(documents), tuple(sorted(problems)))
@@ -300,7 +298,8 @@ def check_document(document: Document) -> list[Problem]:
         if moment is None:
             problems.append(
                 document.problem(
-                    "spec.now", "must be an ISO 8601 instant with an offset, e.g. 2026-03-02T09:00:00Z"
+                    "spec.now",
+                    "must be an ISO 8601 instant with an offset, e.g. 2026-03-02T09:00:00Z",
                 )
             )
     return problems

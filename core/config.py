@@ -31,6 +31,8 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     sqlite_synchronous: str = "FULL"
     sqlite_busy_timeout_ms: int = 30_000
+    #: where the controller caches parsed policy files ("" turns the cache off)
+    cache_dir: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -40,6 +42,7 @@ class Settings:
             database_url=env.get("AGENTAUTH_DATABASE_URL") or DEFAULT_DATABASE_URL,
             rate_limit_per_minute=_int(env, "AGENTAUTH_RATE_LIMIT_PER_MINUTE", 600),
             sqlite_synchronous=env.get("AGENTAUTH_SQLITE_SYNCHRONOUS", "FULL").upper(),
+            cache_dir=env.get("AGENTAUTH_CACHE_DIR", _default_cache_dir(env)),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.check()
@@ -53,6 +56,13 @@ class Settings:
             raise ConfigError(
                 "AGENTAUTH_SQLITE_SYNCHRONOUS must be one of " + ", ".join(SQLITE_SYNC_MODES)
             )
+
+
+def _default_cache_dir(env: Mapping[str, str]) -> str:
+    base = env.get("XDG_CACHE_HOME") or (
+        os.path.join(env["HOME"], ".cache") if env.get("HOME") else ""
+    )
+    return os.path.join(base, "agentauth") if base else ""
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

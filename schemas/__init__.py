@@ -34,6 +34,7 @@ FILES = (
     "authorize.json",
     "audit.json",
     "document.json",
+    "sync-status.json",
 )
 
 

@@ -72,6 +72,8 @@ class Agent(Base):
     description: Mapped[str | None] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))
     managed_by: Mapped[str | None] = mapped_column(String(16))
+    # what the controller last wrote (the managed fields only), to tell drift from repo changes
+    managed_spec: Mapped[Any] = mapped_column(JSONType, nullable=True)
     # bumped in the same transaction as any change to the agent's policies, so every process
     # can tell from the agent row alone whether its compiled policies are current
     policy_version: Mapped[int] = mapped_column(Integer, default=0)
@@ -91,6 +93,7 @@ class Policy(Base):
     priority: Mapped[int] = mapped_column(Integer)
     enabled: Mapped[bool]
     managed_by: Mapped[str | None] = mapped_column(String(16))
+    managed_spec: Mapped[Any] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
@@ -131,3 +134,22 @@ class Counter(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     window_start: Mapped[int] = mapped_column(BigInteger)
     count: Mapped[int] = mapped_column(Integer)
+
+
+class SyncStatus(Base):
+    """Per workspace: the revision the controller last tried to apply, with its result, and the
+    last one it applied (which stays in force when a later attempt fails)."""
+
+    __tablename__ = "sync_status"
+
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"), primary_key=True)
+    source: Mapped[str] = mapped_column(Text)
+    attempted_revision: Mapped[str] = mapped_column(String(200))
+    attempted_at: Mapped[datetime]
+    result: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    changes: Mapped[Any] = mapped_column(JSONType, nullable=True)  # counts per action
+    # ids of the objects the last successful apply left managed
+    inventory: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    applied_revision: Mapped[str | None] = mapped_column(String(200))
+    applied_at: Mapped[datetime | None]

@@ -1,0 +1,138 @@
+"""Impact analysis for a plan: replay an agent's most recent recorded calls through the engine
+with its live policies and with the planned ones, and count the decisions that would flip.
+
+Both sides run on the same inputs, so what the audit log cannot reproduce cancels out:
+parameters stored redacted are replayed redacted on both sides, and rate limits are treated
+as not exhausted on both. Each call is replayed at the instant it was recorded (time windows
+see the time it happened). Called by the plan verb.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controller.plan import Plan
+from controller.repo import DesiredPolicy, Repo
+from core.compiler import compile_policy
+from core.db.models import AuditEntry, Policy
+from core.engine import CompiledPolicy, Decision, RateLimitRef, evaluate, order_policies
+
+DEFAULT_REPLAY = 10_000
+EXAMPLES = 3
+
+
+@dataclass(frozen=True)
+class Call:
+    tool: str
+    parameters: dict[str, Any]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Flip:
+    call: Call
+    before: Decision
+    after: Decision
+
+
+@dataclass(frozen=True)
+class AgentImpact:
+    agent: str
+    replayed: int
+    to_denied: int
+    to_allowed: int
+    examples: tuple[Flip, ...]
+
+
+def _never_exhausted(limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
+    return None
+
+
+def replay(
+    agent: str,
+    before: Sequence[CompiledPolicy],
+    after: Sequence[CompiledPolicy],
+    calls: Iterable[Call],
+) -> AgentImpact:
+    """Pure: the flips between two policy sets over ``calls``."""
+    replayed = to_denied = to_allowed = 0
+    examples: list[Flip] = []
+    for call in calls:
+        replayed += 1
+        old = evaluate(before, call.tool, call.parameters, call.at, _never_exhausted)
+        new = evaluate(after, call.tool, call.parameters, call.at, _never_exhausted)
+        if old.allowed == new.allowed:
+            continue
+        if old.allowed:
+            to_denied += 1
+        else:
+            to_allowed += 1
+        if len(examples) < 2 * EXAMPLES:
+            examples.append(Flip(call, old, new))
+    return AgentImpact(agent, replayed, to_denied, to_allowed, tuple(examples))
+
+
+def analyse(session: Session, repo: Repo, plan: Plan, limit: int) -> list[AgentImpact]:
+    """For each existing agent whose policies the plan changes, its last ``limit`` calls."""
+    if limit <= 0:
+        return []
+    touched = sorted(
+        {c.agent for c in plan.changes if c.kind == "Policy" and c.agent is not None}
+        & set(repo.agents)
+    )
+    out = []
+    for name in touched:
+        agent = repo.agents[name]
+        before = _live_policies(session, agent.id)
+        after = compile_desired(repo.policies_of(name))
+        out.append(replay(name, before, after, _recent_calls(session, agent.id, limit)))
+    return [impact for impact in out if impact.replayed]
+
+
+def compile_desired(policies: Iterable[DesiredPolicy]) -> list[CompiledPolicy]:
+    """The engine's view of a repository's policies. Policies not yet in any database have no
+    creation time; they are ordered as one apply creates them: by priority, then id."""
+    epoch = datetime.fromisoformat("2000-01-01T00:00:00+00:00")
+    return order_policies(
+        compile_policy(
+            id=p.id,
+            name=p.name,
+            priority=p.priority,
+            enabled=p.enabled,
+            created_at=epoch,
+            rules=p.rules,
+        )
+        for p in policies
+    )
+
+
+def _live_policies(session: Session, agent_id: str) -> list[CompiledPolicy]:
+    rows = session.scalars(select(Policy).where(Policy.agent_id == agent_id)).all()
+    return order_policies(
+        compile_policy(
+            id=row.id,
+            name=row.name,
+            priority=row.priority,
+            enabled=row.enabled,
+            created_at=row.created_at,
+            rules=row.rules,
+        )
+        for row in rows
+    )
+
+
+def _recent_calls(session: Session, agent_id: str, limit: int) -> Iterable[Call]:
+    query = (
+        select(AuditEntry.tool_name, AuditEntry.parameters, AuditEntry.timestamp)
+        .where(AuditEntry.agent_ref == agent_id)
+        .order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
+        .limit(limit)
+    )
+    for tool, parameters, at in session.execute(query):
+        yield Call(tool, parameters if isinstance(parameters, dict) else {}, at)

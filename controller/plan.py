@@ -1,0 +1,287 @@
+"""Plan: desired state (a repository) against live state -> a closed set of changes.
+
+Pure: :func:`build_plan` takes plain values and returns a :class:`Plan`; reading the database
+(``controller.state``) and writing it (``controller.apply``) happen elsewhere. Like Terraform,
+each change is an action on one object with field-level before/after: a change to a rule list
+says which rule and which member (``rules[2].parameters.amount.max``).
+
+Every managed object carries what the controller last wrote to it (``managed_spec``). A field
+whose live value differs from that was changed outside the repository, through the API: the
+change that puts it back is marked as drift. Objects the repository declares that exist
+unmanaged (same id, or same name) are conflicts: apply refuses them unless told to adopt an
+object with the same id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from controller.repo import DesiredAgent, DesiredPolicy, Repo
+from schemas import format_path
+
+
+class Action(StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+    ORPHAN = "orphan"  # a managed agent gone from the repository, kept without --prune-agents
+    CONFLICT = "conflict"  # declared, and present but not managed by the repository
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+#: a member missing on one side of a change (a rule added or removed, a field not set)
+ABSENT: Any = _Absent()
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    path: tuple[str | int, ...]
+    before: Any
+    after: Any
+    drift: bool = False  # the live value is not what the controller last wrote
+
+    @property
+    def where(self) -> str:
+        return format_path(self.path)
+
+
+@dataclass(frozen=True)
+class Change:
+    action: Action
+    kind: str  # Agent | Policy
+    name: str
+    id: str
+    agent: str | None = None  # a policy's agent (name)
+    before: Mapping[str, Any] | None = None  # the live fields
+    after: Mapping[str, Any] | None = None  # the desired fields
+    fields: tuple[FieldChange, ...] = ()
+    source: str | None = None  # file:line of the declaring document
+    note: str | None = None
+
+    @property
+    def drift(self) -> bool:
+        return any(f.drift for f in self.fields) or (self.note or "").startswith("drift")
+
+
+@dataclass(frozen=True)
+class Plan:
+    changes: tuple[Change, ...]
+
+    def of(self, *actions: Action) -> list[Change]:
+        return [c for c in self.changes if c.action in actions]
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.of(Action.CREATE, Action.UPDATE, Action.DELETE))
+
+    def summary(self) -> dict[str, int]:
+        counts = {action.value: 0 for action in Action}
+        for change in self.changes:
+            counts[change.action.value] += 1
+        counts["drift"] = sum(1 for c in self.changes if c.drift)
+        return counts
+
+
+@dataclass(frozen=True)
+class LiveObject:
+    """An agent or policy as the database holds it. ``fields`` are the managed fields (agent:
+    name, description, status; policy: name, agent, rules, priority, enabled); ``applied`` is
+    what the controller last wrote (None when unmanaged)."""
+
+    kind: str
+    id: str
+    name: str
+    fields: Mapping[str, Any]
+    managed: bool
+    applied: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LiveState:
+    agents: Sequence[LiveObject] = ()
+    policies: Sequence[LiveObject] = ()
+    #: ids the last successful apply left managed (an object of it deleted through the API
+    #: is drift, not a new object)
+    inventory: frozenset[str] = field(default_factory=frozenset)
+
+
+def agent_fields(agent: DesiredAgent) -> dict[str, Any]:
+    """The fields the repository manages on an agent (status only when the file sets it)."""
+    out: dict[str, Any] = {"name": agent.name, "description": agent.description}
+    if agent.status is not None:
+        out["status"] = agent.status
+    return out
+
+
+def policy_fields(policy: DesiredPolicy) -> dict[str, Any]:
+    return {
+        "name": policy.name,
+        "agent": policy.agent,
+        "rules": policy.rules,
+        "priority": policy.priority,
+        "enabled": policy.enabled,
+    }
+
+
+def build_plan(repo: Repo, live: LiveState, *, prune_agents: bool = False) -> Plan:
+    """The changes that make ``live`` what ``repo`` declares. Agents before policies on the
+    way up (creates, updates), policies before agents on the way down (deletes)."""
+    agents = _plan_kind(
+        "Agent",
+        {a.id: (a, agent_fields(a)) for a in repo.agents.values()},
+        live.agents,
+        live.inventory,
+    )
+    policies = _plan_kind(
+        "Policy",
+        {p.id: (p, policy_fields(p)) for p in repo.policies.values()},
+        live.policies,
+        live.inventory,
+    )
+    if not prune_agents:  # a kept agent's policies are still pruned: it falls to default deny
+        agents = [_orphan(c) if c.action is Action.DELETE else c for c in agents]
+    up = [c for c in agents + policies if c.action is not Action.DELETE]
+    down = [c for c in policies + agents if c.action is Action.DELETE]
+    return Plan(tuple(up + down))
+
+
+def _plan_kind(
+    kind: str,
+    desired: dict[str, tuple[DesiredAgent | DesiredPolicy, dict[str, Any]]],
+    live: Sequence[LiveObject],
+    inventory: frozenset[str],
+) -> list[Change]:
+    by_id = {obj.id: obj for obj in live}
+    unmanaged_names = {_identity(obj): obj for obj in live if not obj.managed}
+    out: list[Change] = []
+    for object_id, (wanted, fields) in sorted(desired.items(), key=lambda kv: kv[1][0].name):
+        source = f"{wanted.document.file}:{wanted.document.line}"
+        agent = getattr(wanted, "agent", None)
+        current = by_id.get(object_id)
+        if current is None:
+            clash = unmanaged_names.get(_identity_of(kind, fields))
+            if clash is not None:
+                out.append(_conflict(kind, wanted.name, object_id, agent, clash, source))
+                continue
+            note = "drift: deleted outside the repository" if object_id in inventory else None
+            out.append(Change(Action.CREATE, kind, wanted.name, object_id, agent, None, fields,
+                               _created(fields), source, note))  # fmt: skip
+        elif not current.managed:
+            out.append(_conflict(kind, wanted.name, object_id, agent, current, source))
+        else:
+            changed = tuple(_field_changes(current, fields))
+            if changed:
+                out.append(Change(Action.UPDATE, kind, wanted.name, object_id, agent,
+                                   dict(current.fields), fields, changed, source))  # fmt: skip
+    for obj in sorted(live, key=lambda o: o.name):
+        if obj.managed and obj.id not in desired:
+            out.append(Change(Action.DELETE, kind, obj.name, obj.id, obj.fields.get("agent"),
+                              dict(obj.fields)))  # fmt: skip
+    return out
+
+
+def _identity(obj: LiveObject) -> tuple[str, ...]:
+    return _identity_of(obj.kind, obj.fields)
+
+
+def _identity_of(kind: str, fields: Mapping[str, Any]) -> tuple[str, ...]:
+    """What makes two objects the same by name: an agent's name; a policy's name and agent."""
+    return (kind, str(fields["name"]), str(fields.get("agent") or ""))
+
+
+def _conflict(
+    kind: str, name: str, object_id: str, agent: str | None, clash: LiveObject, source: str
+) -> Change:
+    if clash.id == object_id:
+        note = (
+            f"{kind.lower()} {object_id} exists but is not managed by the repository; "
+            "apply --adopt to take it over"
+        )
+    else:
+        note = (
+            f"an unmanaged {kind.lower()} named '{clash.name}' exists (id {clash.id}); "
+            f"set metadata.id: {clash.id} in the file to adopt it, or rename one of them"
+        )
+    return Change(Action.CONFLICT, kind, name, object_id, agent, dict(clash.fields), None, (),
+                   source, note)  # fmt: skip
+
+
+def _orphan(change: Change) -> Change:
+    note = "gone from the repository; kept (apply --prune-agents deletes it and its audit log)"
+    return Change(Action.ORPHAN, change.kind, change.name, change.id, None, change.before,
+                   None, (), None, note)  # fmt: skip
+
+
+def _created(fields: Mapping[str, Any]) -> tuple[FieldChange, ...]:
+    return tuple(FieldChange((name,), ABSENT, value) for name, value in fields.items())
+
+
+def _field_changes(current: LiveObject, desired: Mapping[str, Any]) -> Iterator[FieldChange]:
+    applied = current.applied or {}
+    for name, wanted in desired.items():
+        have = current.fields.get(name, ABSENT)
+        for path, before, after in diff_values((name,), have, wanted):
+            drift = not same(_at(applied, path), _at(current.fields, path))
+            yield FieldChange(path, before, after, drift)
+
+
+def diff_values(
+    path: tuple[str | int, ...], before: Any, after: Any
+) -> Iterator[tuple[tuple[str | int, ...], Any, Any]]:
+    """(path, before, after) for each differing leaf: mappings member by member, lists of
+    mappings (rules) item by item, anything else (a tool list, an enum) as one value."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in sorted(before.keys() | after.keys()):
+            yield from diff_values((*path, key), before.get(key, ABSENT), after.get(key, ABSENT))
+    elif _records(before) and _records(after):
+        for index in range(max(len(before), len(after))):
+            old = before[index] if index < len(before) else ABSENT
+            new = after[index] if index < len(after) else ABSENT
+            yield from diff_values((*path, index), old, new)
+    elif not same(before, after):
+        yield path, before, after
+
+
+def _records(value: Any) -> bool:
+    return isinstance(value, list) and any(isinstance(item, dict) for item in value)
+
+
+def same(a: Any, b: Any) -> bool:
+    """JSON equality: ``true`` is not ``1``, ``1`` is ``1.0``, key order does not matter."""
+    if a is ABSENT or b is ABSENT:
+        return a is b
+    return _canonical(a) == _canonical(b)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(_integral(value), sort_keys=True, separators=(",", ":"))
+
+
+def _integral(value: Any) -> Any:
+    """1.0 -> 1 at any depth (JSON does not tell them apart); booleans stay booleans."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def _at(value: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        if isinstance(part, int):
+            if not isinstance(value, list) or part >= len(value):
+                return ABSENT
+        elif not isinstance(value, Mapping) or part not in value:
+            return ABSENT
+        value = value[part]
+    return value

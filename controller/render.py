@@ -1,0 +1,256 @@
+"""Rendering plans for people and programs: ``text`` (colored on a terminal), ``json``
+(versioned, see ``JSON_FORMAT_VERSION`` and README), ``markdown`` (a pull-request comment,
+summary first, at most :data:`MARKDOWN_LIMIT` characters). Called by the plan and diff verbs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from controller.impact import AgentImpact, Flip
+from controller.plan import ABSENT, Action, Change, FieldChange, Plan
+from schemas import Problem
+
+JSON_FORMAT_VERSION = 1
+MARKDOWN_LIMIT = 65_000
+_SIGNS = {
+    Action.CREATE: "+",
+    Action.UPDATE: "~",
+    Action.DELETE: "-",
+    Action.CONFLICT: "!",
+    Action.ORPHAN: "=",
+}
+_COLORS = {
+    Action.CREATE: "green",
+    Action.UPDATE: "yellow",
+    Action.DELETE: "red",
+    Action.CONFLICT: "magenta",
+    Action.ORPHAN: "cyan",
+}
+Style = Callable[..., str]
+
+
+def _plain(text: str, **_: Any) -> str:
+    return text
+
+
+def headline(plan: Plan) -> str:
+    counts = plan.summary()
+    parts = [
+        f"{counts['create']} to create",
+        f"{counts['update']} to update",
+        f"{counts['delete']} to delete",
+    ]
+    extra = [
+        f"{counts[key]} {label}"
+        for key, label in (("drift", "with drift"), ("conflict", "conflict(s)"), ("orphan", "kept"))
+        if counts[key]
+    ]
+    return ", ".join(parts + extra) if plan.changes else "no changes"
+
+
+def value(item: Any) -> str:
+    if item is ABSENT:
+        return "(none)"
+    return json.dumps(item, ensure_ascii=False, sort_keys=True)
+
+
+def _field_line(change: FieldChange) -> str:
+    if change.before is ABSENT:
+        text = f"{change.where}: + {value(change.after)}"
+    elif change.after is ABSENT:
+        text = f"{change.where}: - {value(change.before)} (removed)"
+    else:
+        text = f"{change.where}: {value(change.before)} -> {value(change.after)}"
+    return text + ("   [drift: changed outside the repository]" if change.drift else "")
+
+
+def _title(change: Change) -> str:
+    owner = f" (agent {change.agent})" if change.kind == "Policy" and change.agent else ""
+    return f"{change.kind} {change.name}{owner}"
+
+
+def _detail_lines(change: Change) -> list[str]:
+    lines = [_field_line(f) for f in _expanded(change)]
+    if change.note:
+        lines.append(change.note)
+    return lines
+
+
+def _expanded(change: Change) -> Sequence[FieldChange]:
+    """A created policy's rules one per line (rules[0]: ...), everything else as planned."""
+    out: list[FieldChange] = []
+    for f in change.fields:
+        if change.action is Action.CREATE and f.path == ("rules",) and isinstance(f.after, list):
+            out += [FieldChange(("rules", i), ABSENT, rule) for i, rule in enumerate(f.after)]
+        else:
+            out.append(f)
+    return out
+
+
+def render_text(
+    plan: Plan,
+    impacts: Sequence[AgentImpact] = (),
+    warnings: Sequence[Problem] = (),
+    style: Style = _plain,
+) -> str:
+    lines = [style(f"Plan: {headline(plan)}.", bold=True)]
+    for change in plan.changes:
+        sign = _SIGNS[change.action]
+        where = f"   ({change.source})" if change.source else ""
+        lines.append("")
+        lines.append(style(f"{sign} {_title(change)}", fg=_COLORS[change.action]) + where)
+        lines += [f"    {line}" for line in _detail_lines(change)]
+    if impacts:
+        lines += ["", style("Impact on recent calls (replayed through the engine):", bold=True)]
+        lines += [f"  {line}" for impact in impacts for line in _impact_lines(impact)]
+    if warnings:
+        lines += ["", style(f"{len(warnings)} warning(s):", fg="yellow")]
+        lines += [f"  {w}" for w in warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _impact_lines(impact: AgentImpact) -> list[str]:
+    lines = [
+        f"{impact.agent}: {impact.replayed} calls replayed; "
+        f"{impact.to_denied} allowed -> denied, {impact.to_allowed} denied -> allowed"
+    ]
+    lines += [f"  {_flip_line(flip)}" for flip in impact.examples]
+    return lines
+
+
+def _flip_line(flip: Flip) -> str:
+    direction = "allowed -> denied" if flip.before.allowed else "denied -> allowed"
+    call = flip.call
+    return (
+        f"{direction}: {call.tool} {value(call.parameters)} at {call.at.isoformat()}: "
+        f"{flip.after.reason}"
+    )
+
+
+# ------------------------------------------------------------------------------------- json
+
+
+def render_json(
+    plan: Plan,
+    impacts: Sequence[AgentImpact] | None = None,
+    warnings: Sequence[Problem] = (),
+    extra: dict[str, Any] | None = None,
+) -> str:
+    document: dict[str, Any] = {
+        "format_version": JSON_FORMAT_VERSION,
+        **(extra or {}),
+        "summary": plan.summary(),
+        "has_changes": plan.has_changes,
+        "changes": [_change_json(c) for c in plan.changes],
+        "impact": None if impacts is None else [_impact_json(i) for i in impacts],
+        "warnings": [_problem_json(w) for w in warnings],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def _change_json(change: Change) -> dict[str, Any]:
+    return {
+        "action": change.action.value,
+        "kind": change.kind,
+        "name": change.name,
+        "id": change.id,
+        "agent": change.agent,
+        "source": change.source,
+        "drift": change.drift,
+        "note": change.note,
+        "before": change.before,
+        "after": change.after,
+        "fields": [_field_json(f) for f in change.fields],
+    }
+
+
+def _field_json(change: FieldChange) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": change.where, "drift": change.drift}
+    if change.before is not ABSENT:
+        out["before"] = change.before
+    if change.after is not ABSENT:
+        out["after"] = change.after
+    return out
+
+
+def _impact_json(impact: AgentImpact) -> dict[str, Any]:
+    return {
+        "agent": impact.agent,
+        "replayed": impact.replayed,
+        "allowed_to_denied": impact.to_denied,
+        "denied_to_allowed": impact.to_allowed,
+        "examples": [
+            {
+                "tool": f.call.tool,
+                "parameters": f.call.parameters,
+                "at": f.call.at.isoformat(),
+                "before": {"allowed": f.before.allowed, "reason": f.before.reason},
+                "after": {"allowed": f.after.allowed, "reason": f.after.reason},
+            }
+            for f in impact.examples
+        ],
+    }
+
+
+def _problem_json(problem: Problem) -> dict[str, Any]:
+    return {
+        "file": problem.file,
+        "line": problem.line,
+        "column": problem.column,
+        "path": problem.path,
+        "message": problem.message,
+        "severity": problem.severity,
+    }
+
+
+# --------------------------------------------------------------------------------- markdown
+
+
+def render_markdown(
+    plan: Plan,
+    impacts: Sequence[AgentImpact] = (),
+    warnings: Sequence[Problem] = (),
+    title: str = "agentauth plan",
+) -> str:
+    counts = plan.summary()
+    head = [
+        f"### {title}: {headline(plan)}",
+        "",
+        "| create | update | delete | drift | conflict | kept |",
+        "|--:|--:|--:|--:|--:|--:|",
+        f"| {counts['create']} | {counts['update']} | {counts['delete']} | {counts['drift']} "
+        f"| {counts['conflict']} | {counts['orphan']} |",
+    ]
+    if impacts:
+        head += ["", "**Impact on recent calls**", ""]
+        head += ["| agent | replayed | allowed → denied | denied → allowed |", "|---|--:|--:|--:|"]
+        head += [f"| {i.agent} | {i.replayed} | {i.to_denied} | {i.to_allowed} |" for i in impacts]
+    if warnings:
+        head += ["", f"**{len(warnings)} warning(s)**", ""] + [f"- `{w}`" for w in warnings[:20]]
+    body = [_change_markdown(c) for c in plan.changes]
+    return _fit("\n".join(head) + "\n", body)
+
+
+def _change_markdown(change: Change) -> str:
+    sign = _SIGNS[change.action]
+    where = f" — `{change.source}`" if change.source else ""
+    lines = [f"<details><summary><code>{sign}</code> {change.action.value} {_title(change)}"
+             f"{where}</summary>", "", "```diff"]  # fmt: skip
+    for line in _detail_lines(change):
+        lines.append(f"{'!' if 'drift' in line else sign} {line.replace('```', '`‍``')}")
+    lines += ["```", "</details>", ""]
+    return "\n".join(lines)
+
+
+def _fit(head: str, sections: list[str]) -> str:
+    out = head + ("\n" if sections else "")
+    for index, section in enumerate(sections):
+        rest = len(sections) - index
+        tail = f"\n_… and {rest} more change(s), not shown: run `agentauth plan` for all._\n"
+        if len(out) + len(section) + len(tail) > MARKDOWN_LIMIT:
+            return out + tail
+        out += section + "\n"
+    return out

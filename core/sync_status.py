@@ -1,0 +1,41 @@
+"""The sync status of a workspace: which revision of its policy repository the controller last
+tried to apply, with what result, and which one is in force. Written by ``controller.apply``;
+read here for ``GET /v1/sync-status`` and the CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from core.clock import isoformat
+from core.db.models import SyncStatus
+
+
+def read_status(session: Session, workspace_id: str) -> SyncStatus | None:
+    return session.get(SyncStatus, workspace_id)
+
+
+def serialize_status(status: SyncStatus | None) -> dict[str, Any]:
+    """The API's view; every member null when no repository was ever applied."""
+    if status is None:
+        return {
+            "source": None,
+            "result": None,
+            "lastAttemptedRevision": None,
+            "lastAttemptedAt": None,
+            "lastAppliedRevision": None,
+            "lastAppliedAt": None,
+            "error": None,
+            "changes": None,
+        }
+    return {
+        "source": status.source,
+        "result": status.result,
+        "lastAttemptedRevision": status.attempted_revision,
+        "lastAttemptedAt": isoformat(status.attempted_at),
+        "lastAppliedRevision": status.applied_revision,
+        "lastAppliedAt": isoformat(status.applied_at) if status.applied_at else None,
+        "error": status.error,
+        "changes": status.changes,
+    }
