@@ -184,7 +184,7 @@ def _plan_kind(
     for obj in sorted(live, key=lambda o: o.name):
         if obj.managed and obj.id not in desired:
             out.append(Change(Action.DELETE, kind, obj.name, obj.id, obj.fields.get("agent"),
-                              dict(obj.fields)))  # fmt: skip
+                              dict(obj.fields), None, _removed(obj.fields)))  # fmt: skip
     return out
 
 
@@ -222,6 +222,10 @@ def _orphan(change: Change) -> Change:
 
 def _created(fields: Mapping[str, Any]) -> tuple[FieldChange, ...]:
     return tuple(FieldChange((name,), ABSENT, value) for name, value in fields.items())
+
+
+def _removed(fields: Mapping[str, Any]) -> tuple[FieldChange, ...]:
+    return tuple(FieldChange((name,), value, ABSENT) for name, value in fields.items())
 
 
 def _field_changes(current: LiveObject, desired: Mapping[str, Any]) -> Iterator[FieldChange]:

@@ -52,19 +52,35 @@ def headline(plan: Plan) -> str:
 
 
 def value(item: Any) -> str:
+    """Compact JSON, keys sorted but a rule's ``type`` first (it says how to read the rest)."""
     if item is ABSENT:
         return "(none)"
-    return json.dumps(item, ensure_ascii=False, sort_keys=True)
+    return json.dumps(_ordered(item), ensure_ascii=False)
 
 
-def _field_line(change: FieldChange) -> str:
+def _ordered(item: Any) -> Any:
+    if isinstance(item, dict):
+        keys = sorted(item, key=lambda k: (k != "type", k))
+        return {k: _ordered(item[k]) for k in keys}
+    if isinstance(item, list):
+        return [_ordered(v) for v in item]
+    return item
+
+
+DRIFT = "[drift: changed outside the repository]"
+
+
+def _field_line(change: FieldChange, action: Action) -> str:
+    if action in (Action.CREATE, Action.DELETE):
+        shown = change.after if action is Action.CREATE else change.before
+        return f"{change.where}: {value(shown)}"
     if change.before is ABSENT:
-        text = f"{change.where}: + {value(change.after)}"
+        text = f"{change.where}: (added) {value(change.after)}"
     elif change.after is ABSENT:
-        text = f"{change.where}: - {value(change.before)} (removed)"
+        text = f"{change.where}: (removed) {value(change.before)}"
     else:
         text = f"{change.where}: {value(change.before)} -> {value(change.after)}"
-    return text + ("   [drift: changed outside the repository]" if change.drift else "")
+    return text + (f"   {DRIFT}" if change.drift else "")
 
 
 def _title(change: Change) -> str:
@@ -73,18 +89,23 @@ def _title(change: Change) -> str:
 
 
 def _detail_lines(change: Change) -> list[str]:
-    lines = [_field_line(f) for f in _expanded(change)]
+    lines = [_field_line(f, change.action) for f in _expanded(change)]
     if change.note:
         lines.append(change.note)
     return lines
 
 
 def _expanded(change: Change) -> Sequence[FieldChange]:
-    """A created policy's rules one per line (rules[0]: ...), everything else as planned."""
+    """A created or deleted policy's rules one per line (rules[0]: ...), the rest as planned."""
     out: list[FieldChange] = []
+    whole = change.action in (Action.CREATE, Action.DELETE)
     for f in change.fields:
-        if change.action is Action.CREATE and f.path == ("rules",) and isinstance(f.after, list):
-            out += [FieldChange(("rules", i), ABSENT, rule) for i, rule in enumerate(f.after)]
+        rules = f.after if change.action is Action.CREATE else f.before
+        if whole and f.path == ("rules",) and isinstance(rules, list):
+            out += [
+                FieldChange(("rules", i), *((ABSENT, r) if f.before is ABSENT else (r, ABSENT)))
+                for i, r in enumerate(rules)
+            ]
         else:
             out.append(f)
     return out
@@ -161,8 +182,8 @@ def _change_json(change: Change) -> dict[str, Any]:
         "source": change.source,
         "drift": change.drift,
         "note": change.note,
-        "before": change.before,
-        "after": change.after,
+        "before": _ordered(change.before),
+        "after": _ordered(change.after),
         "fields": [_field_json(f) for f in change.fields],
     }
 
@@ -170,9 +191,9 @@ def _change_json(change: Change) -> dict[str, Any]:
 def _field_json(change: FieldChange) -> dict[str, Any]:
     out: dict[str, Any] = {"path": change.where, "drift": change.drift}
     if change.before is not ABSENT:
-        out["before"] = change.before
+        out["before"] = _ordered(change.before)
     if change.after is not ABSENT:
-        out["after"] = change.after
+        out["after"] = _ordered(change.after)
     return out
 
 
@@ -185,7 +206,7 @@ def _impact_json(impact: AgentImpact) -> dict[str, Any]:
         "examples": [
             {
                 "tool": f.call.tool,
-                "parameters": f.call.parameters,
+                "parameters": _ordered(f.call.parameters),
                 "at": f.call.at.isoformat(),
                 "before": {"allowed": f.before.allowed, "reason": f.before.reason},
                 "after": {"allowed": f.after.allowed, "reason": f.after.reason},
@@ -239,10 +260,22 @@ def _change_markdown(change: Change) -> str:
     where = f" — `{change.source}`" if change.source else ""
     lines = [f"<details><summary><code>{sign}</code> {change.action.value} {_title(change)}"
              f"{where}</summary>", "", "```diff"]  # fmt: skip
-    for line in _detail_lines(change):
-        lines.append(f"{'!' if 'drift' in line else sign} {line.replace('```', '`‍``')}")
+    lines += [line.replace("```", "`\u200b``") for line in _diff_lines(change)]
     lines += ["```", "</details>", ""]
     return "\n".join(lines)
+
+
+def _diff_lines(change: Change) -> list[str]:
+    """Lines a diff highlighter colors: - before, + after; notes marked with !."""
+    out = []
+    for f in _expanded(change):
+        if f.before is not ABSENT:
+            out.append(f"- {f.where}: {value(f.before)}")
+        if f.after is not ABSENT:
+            out.append(f"+ {f.where}: {value(f.after)}" + (f"   # {DRIFT}" if f.drift else ""))
+    if change.note:
+        out.append(f"! {change.note}")
+    return out
 
 
 def _fit(head: str, sections: list[str]) -> str:

@@ -31,6 +31,14 @@ from core.keys import ensure_workspace, issue_key
 PG_ENV = "AGENTAUTH_TEST_DATABASE_URL"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite the golden files (tests/controller/golden) from the current output",
+    )
+
+
 def pytest_report_header() -> str:
     return "database: " + ("postgresql (" + PG_ENV + ")" if os.environ.get(PG_ENV) else "sqlite")
 
