@@ -89,10 +89,12 @@ def analyse(session: Session, repo: Repo, plan: Plan, limit: int) -> list[AgentI
     out = []
     for name in touched:
         agent = repo.agents[name]
-        before = _live_policies(session, agent.id)
-        after = compile_desired(repo.policies_of(name))
-        out.append(replay(name, before, after, _recent_calls(session, agent.id, limit)))
-    return [impact for impact in out if impact.replayed]
+        calls = list(_recent_calls(session, agent.id, limit))
+        if calls:  # compile nothing for an agent without history
+            before = _live_policies(session, agent.id)
+            after = compile_desired(repo.policies_of(name))
+            out.append(replay(name, before, after, calls))
+    return out
 
 
 def compile_desired(policies: Iterable[DesiredPolicy]) -> list[CompiledPolicy]:

@@ -158,21 +158,25 @@ def render_json(
     plan: Plan,
     impacts: Sequence[AgentImpact] | None = None,
     warnings: Sequence[Problem] = (),
-    extra: dict[str, Any] | None = None,
 ) -> str:
+    """One JSON object on one line, keys sorted (pipe it through ``jq`` to read it). Members:
+    format_version, summary, has_changes, changes, impact (null when not analysed), warnings.
+    A change holds the whole object in ``before`` (update, delete, conflict, orphan) and
+    ``after`` (create, update); ``fields`` lists an update's differing members, each with
+    ``path``, ``drift`` and ``before``/``after`` (absent when the member is added/removed)."""
     document: dict[str, Any] = {
         "format_version": JSON_FORMAT_VERSION,
-        **(extra or {}),
         "summary": plan.summary(),
         "has_changes": plan.has_changes,
         "changes": [_change_json(c) for c in plan.changes],
         "impact": None if impacts is None else [_impact_json(i) for i in impacts],
         "warnings": [_problem_json(w) for w in warnings],
     }
-    return json.dumps(document, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+    return json.dumps(document, ensure_ascii=False, sort_keys=True) + "\n"
 
 
 def _change_json(change: Change) -> dict[str, Any]:
+    updated = change.action is Action.UPDATE
     return {
         "action": change.action.value,
         "kind": change.kind,
@@ -182,18 +186,18 @@ def _change_json(change: Change) -> dict[str, Any]:
         "source": change.source,
         "drift": change.drift,
         "note": change.note,
-        "before": _ordered(change.before),
-        "after": _ordered(change.after),
-        "fields": [_field_json(f) for f in change.fields],
+        "before": change.before,
+        "after": change.after,
+        "fields": [_field_json(f) for f in change.fields] if updated else [],
     }
 
 
 def _field_json(change: FieldChange) -> dict[str, Any]:
     out: dict[str, Any] = {"path": change.where, "drift": change.drift}
     if change.before is not ABSENT:
-        out["before"] = _ordered(change.before)
+        out["before"] = change.before
     if change.after is not ABSENT:
-        out["after"] = _ordered(change.after)
+        out["after"] = change.after
     return out
 
 
@@ -206,7 +210,7 @@ def _impact_json(impact: AgentImpact) -> dict[str, Any]:
         "examples": [
             {
                 "tool": f.call.tool,
-                "parameters": _ordered(f.call.parameters),
+                "parameters": f.call.parameters,
                 "at": f.call.at.isoformat(),
                 "before": {"allowed": f.before.allowed, "reason": f.before.reason},
                 "after": {"allowed": f.after.allowed, "reason": f.after.reason},
