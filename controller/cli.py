@@ -155,7 +155,7 @@ def _cache(settings: Settings, directory: Path) -> DocumentCache:
     if not settings.cache_dir:
         return DocumentCache(None)
     key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:24]
-    return DocumentCache(Path(settings.cache_dir) / "documents" / f"{key}.json")
+    return DocumentCache(Path(settings.cache_dir) / "documents" / f"{key}.marshal")
 
 
 def _read_repo(
@@ -332,3 +332,45 @@ def _report_apply(result: ApplyResult) -> None:
     click.echo(render_text(result.plan, style=_style()), nl=False)
     verb = "applied" if result.plan.has_changes else "already applied, nothing to change"
     click.echo(f"revision {result.revision}: {verb}")
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option(
+    "--workspace",
+    default=DEFAULT_WORKSPACE,
+    show_default=True,
+    help="workspace the ids are derived for (they order policies of equal priority)",
+)
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="also write a JUnit XML report to this file",
+)
+@click.option("-v", "--verbose", is_flag=True, help="also print passing cases and warnings")
+def test(directory: Path, workspace: str, junit: Path | None, verbose: bool) -> None:
+    """Run the repository's PolicyTest documents through the engine, offline (no database)."""
+    from controller.tests import case_line, junit_xml, run_tests, summary
+
+    try:
+        repo, _ = _read_repo(directory, workspace, Settings.from_env())
+    except AgentAuthError as exc:
+        _fail(exc)
+    _refuse_invalid(repo)
+    if verbose:
+        _print_problems(repo.warnings)
+    report = run_tests(repo)
+    for document in report.documents:
+        for case in document.cases:
+            if verbose or not case.passed:
+                click.echo(case_line(document, case))
+    if junit is not None:
+        try:
+            junit.write_bytes(junit_xml(report))
+        except OSError as exc:
+            click.echo(f"error: cannot write {junit}: {exc.strerror or exc}", err=True)
+            sys.exit(1)
+    click.echo(summary(report))
+    if not report.documents:
+        click.echo(f"warning: no PolicyTest documents in {directory}", err=True)
+    sys.exit(0 if report.ok else 1)
