@@ -1,0 +1,284 @@
+"""``agentauth test DIR``: PolicyTest documents run offline through the server's engine.
+
+The repositories are real files under ``data/policytests`` (see its README); the CLI runs the
+way a user runs it, through click's runner, and the JUnit report is parsed back.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from controller.cli import main
+from controller.repo import load_repo
+from controller.sources import read_files
+from controller.tests import TestReport, run_tests
+from tests.controller.conftest import agent_doc, write_files
+
+DATA = Path(__file__).parent / "data" / "policytests"
+PASSING, FAILING, INVALID = DATA / "passing", DATA / "failing", DATA / "invalid"
+
+
+@pytest.fixture
+def run(tmp_path: Path):
+    runner = CliRunner()
+    env = {"AGENTAUTH_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1"}
+
+    def invoke(*args: object) -> Result:
+        return runner.invoke(main, ["test", *map(str, args)], env=env, catch_exceptions=False)
+
+    return invoke
+
+
+def _report(directory: Path) -> TestReport:
+    return run_tests(load_repo(read_files(directory)))
+
+
+def _outcomes(report: TestReport) -> dict[str, list[bool]]:
+    return {d.name: [c.actual_allowed for c in d.cases] for d in report.documents}
+
+
+def _parse(path: Path) -> ET.Element:
+    return ET.parse(path).getroot()  # noqa: S314  (our own output)
+
+
+# ----------------------------------------------------------------------------- passing repo
+
+
+def test_a_passing_repository_exits_0_and_prints_only_the_summary(run):
+    result = run(PASSING)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "17 passed, 0 failed (11 test documents)\n"
+
+
+def test_verbose_prints_passing_cases_too(run):
+    result = run(PASSING, "-v")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("PASS ")]) == 17
+    assert (
+        'PASS tests/finance.yaml:20 finance-agent "case 3: payments.cancel": denied '
+        "(default deny: no policy allows tool 'payments.cancel')"
+    ) in lines
+
+
+def test_a_second_run_from_the_document_cache_gives_the_same_output(run):
+    assert run(PASSING, "-v").stdout == run(PASSING, "-v").stdout
+
+
+def test_rate_limit_cases_share_one_counter_set_per_document_in_order():
+    report = _report(PASSING)
+    outcomes = _outcomes(report)
+    # allowed, over the amount limit (does not consume), allowed, third in the hour denied
+    assert outcomes["finance-refund-rate-limit"] == [True, False, True, False]
+    assert outcomes["finance-fresh-counters"] == [True]  # a new document, fresh counters
+    limited = next(d for d in report.documents if d.name == "finance-refund-rate-limit")
+    last = limited.cases[-1]
+    assert last.actual_policy == "refunds"
+    assert last.actual_reason.endswith("retry after 2700 seconds")
+
+
+def test_time_windows_follow_berlin_across_the_change_to_summer_time():
+    outcomes = _outcomes(_report(PASSING))
+    assert outcomes["dst-saturday-winter-time"] == [False]  # 07:30Z = 08:30 CET
+    assert outcomes["dst-sunday-summer-time"] == [True]  # 07:30Z = 09:30 CEST
+    assert outcomes["dst-sunday-offset-form"] == [True]  # 16:59:59+02:00
+    assert outcomes["dst-skipped-hour"] == [False]  # 01:30Z = 03:30 CEST, 02:xx never happens
+    assert outcomes["dst-sunday-evening"] == [False]  # 15:30Z = 17:30 CEST
+
+
+def test_agent_status_in_the_file_denies_before_policies_are_read():
+    report = _report(PASSING)
+    by_agent = {d.agent: d.cases for d in report.documents}
+    for agent, status in (("support-bot", "suspended"), ("archive-bot", "revoked")):
+        (case,) = by_agent[agent]
+        assert not case.actual_allowed
+        assert case.actual_policy is None
+        assert case.actual_reason == f"agent is {status}"
+    assert [c.actual_allowed for c in by_agent["ops-agent"]] == [True, False]  # active: policies
+
+
+def test_junit_of_a_passing_repository(run, tmp_path):
+    junit = tmp_path / "report.xml"
+    assert run(PASSING, "--junit", junit).exit_code == 0
+    root = _parse(junit)
+    assert root.tag == "testsuites"
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("17", "0", "0")
+    suites = root.findall("testsuite")
+    assert len(suites) == 11
+    first = next(s for s in suites if s.get("name") == "tests/finance.yaml::finance-basics")
+    cases = first.findall("testcase")
+    assert [c.get("name") for c in cases] == [
+        "reads an invoice",
+        "changing a payee is denied by the guardrails",
+        "case 3: payments.cancel",
+    ]
+    assert {c.get("classname") for c in cases} == {"finance-agent"}
+    assert all(float(c.get("time", "x")) >= 0 for c in cases)
+    assert not root.findall(".//failure")
+
+
+# ----------------------------------------------------------------------------- failing repo
+
+FAILURES = [
+    'FAIL tests/mistakes.yaml:13 finance-agent "wrong allowed": expected allowed, got denied '
+    "by policy 'guardrails' (reason: denied by policy 'guardrails' rule 0 (tool_denylist): "
+    "tool 'payments.delete_refund' is denied)",
+    'FAIL tests/mistakes.yaml:16 finance-agent "wrong policy": expected allowed by policy '
+    "'refund-limits', got allowed by policy 'refunds' (reason: allowed by policy 'refunds' "
+    "rule 0 (tool_allowlist))",
+    'FAIL tests/mistakes.yaml:20 finance-agent "wrong reason": expected denied by policy '
+    "'refund-limits' with a reason containing 'must be at most 100', got denied by policy "
+    "'refund-limits' (reason: denied by policy 'refund-limits' rule 0 (parameter_constraint): "
+    "parameter 'amount' must be at most 500)",
+    'FAIL tests/mistakes.yaml:26 finance-agent "a policy is expected but the default deny '
+    "decides\": expected denied by policy 'guardrails', got denied, no policy decided "
+    "(reason: default deny: no policy allows tool 'payments.cancel')",
+    'FAIL tests/mistakes.yaml:35 finance-agent "second refund of the minute is expected to '
+    "pass\": expected allowed by policy 'refunds', got denied by policy 'refund-limits' "
+    "(reason: denied by policy 'refund-limits' rule 1 (rate_limit): rate limit of 1 calls per "
+    "60 seconds exceeded; retry after 30 seconds)",
+    'FAIL tests/mistakes.yaml:40 finance-agent "quotes " & <markup> \'in\' names": expected '
+    "allowed, got denied, no policy decided (reason: default deny: no policy allows tool "
+    "'evil\\x01tool')",
+    'FAIL tests/mistakes.yaml:52 support-bot "the policy would allow it, the status does '
+    "not\": expected allowed by policy 'support-tickets', got denied, no policy decided "
+    "(reason: agent is suspended)",
+]
+
+
+def test_a_failing_repository_prints_each_failure_and_exits_1(run):
+    result = run(FAILING)
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [*FAILURES, "2 passed, 7 failed (2 test documents)"]
+
+
+def test_failures_name_what_did_not_match():
+    report = _report(FAILING)
+    mismatches = {c.name: c.mismatches for d in report.documents for c in d.cases}
+    assert mismatches["reads a refund"] == ()
+    assert mismatches["wrong allowed"] == ("allowed",)
+    assert mismatches["wrong policy"] == ("policy",)
+    assert mismatches["wrong reason"] == ("reason",)
+    assert mismatches["a policy is expected but the default deny decides"] == ("policy",)
+    assert mismatches["second refund of the minute is expected to pass"] == ("allowed", "policy")
+    assert (report.passed, report.failed, report.ok) == (2, 7, False)
+
+
+def test_junit_of_a_failing_repository_parses_back(run, tmp_path):
+    junit = tmp_path / "out" / "junit.xml"
+    junit.parent.mkdir()
+    assert run(FAILING, "--junit", junit).exit_code == 1
+    assert junit.read_bytes().startswith(b"<?xml version='1.0' encoding='utf-8'?>")
+    root = _parse(junit)
+    assert (root.get("tests"), root.get("failures")) == ("9", "7")
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {
+        "tests/mistakes.yaml::finance-mistakes",
+        "tests/mistakes.yaml::support-suspended",
+    }
+    mistakes = suites["tests/mistakes.yaml::finance-mistakes"]
+    assert (mistakes.get("tests"), mistakes.get("failures")) == ("8", "6")
+    cases = mistakes.findall("testcase")
+    assert [c.get("name") for c in cases] == [
+        "reads a refund",
+        "wrong allowed",
+        "wrong policy",
+        "wrong reason",
+        "a policy is expected but the default deny decides",
+        "first refund of the minute",
+        "second refund of the minute is expected to pass",
+        "quotes \" & <markup> 'in' names",  # escaped on the way out, intact on the way back
+    ]
+    failed = [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None]
+    assert len(failed) == 7
+    wrong_policy = cases[2].find("failure")
+    assert wrong_policy is not None
+    assert wrong_policy.get("message", "").startswith(
+        "expected allowed by policy 'refund-limits', got allowed by policy 'refunds'"
+    )
+    assert cases[2].get("line") == "16"
+
+
+def test_junit_holds_characters_xml_cannot_as_escapes(run, tmp_path):
+    junit = tmp_path / "junit.xml"
+    run(FAILING, "--junit", junit)
+    assert b"\x01" not in junit.read_bytes()
+    failure = _parse(junit).find(".//testcase[@line='40']/failure")
+    assert failure is not None
+    assert "tool 'evil\\x01tool'" in failure.get("message", "")
+
+
+def test_an_unwritable_junit_file_is_an_error(run, tmp_path):
+    result = run(PASSING, "--junit", tmp_path / "missing" / "junit.xml")
+    assert result.exit_code == 1
+    assert "error: cannot write" in result.stderr
+
+
+# --------------------------------------------------------------------------- invalid repos
+
+
+def test_a_schema_error_is_printed_with_its_location_and_nothing_runs(run, tmp_path):
+    junit = tmp_path / "junit.xml"
+    result = run(INVALID, "--junit", junit)
+    assert result.exit_code == 1
+    assert "repo.yaml:16:7: spec.cases[0].allowed: must be a boolean" in result.stdout
+    assert "error: 1 problem(s) in the repository" in result.stderr
+    assert "passed" not in result.output
+    assert not junit.exists()
+
+
+def test_a_test_of_an_unknown_agent_or_policy_is_refused(run, tmp_path):
+    write_files(
+        tmp_path,
+        {
+            "agent.yaml": agent_doc("a"),
+            "test.yaml": """
+            apiVersion: agentauth/v1
+            kind: PolicyTest
+            metadata: {name: t}
+            spec:
+              agent: a
+              now: "2026-03-17T10:15:00Z"
+              cases:
+                - {tool: x, allowed: false, policy: nope}
+            ---
+            apiVersion: agentauth/v1
+            kind: PolicyTest
+            metadata: {name: u}
+            spec:
+              agent: ghost
+              now: "2026-03-17T10:15:00Z"
+              cases:
+                - {tool: x, allowed: false}
+            """,
+        },
+    )
+    result = run(tmp_path)
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        "test.yaml:8:33: spec.cases[0].policy: agent 'a' has no policy named 'nope'",
+        "test.yaml:14:3: spec.agent: no Agent document declares 'ghost'",
+    ]
+
+
+def test_run_tests_refuses_a_repository_with_errors():
+    with pytest.raises(ValueError, match="has errors"):
+        _report(INVALID)
+
+
+def test_a_repository_without_tests_passes_with_a_warning(run, tmp_path):
+    write_files(tmp_path, {"agent.yaml": agent_doc("a")})
+    result = run(tmp_path)
+    assert result.exit_code == 0
+    assert result.stdout == "0 passed, 0 failed (0 test documents)\n"
+    assert "warning: no PolicyTest documents" in result.stderr
+
+
+def test_a_missing_directory_is_an_error(run, tmp_path):
+    result = run(tmp_path / "nowhere")
+    assert result.exit_code == 1
+    assert "is not a directory" in result.stderr
