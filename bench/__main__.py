@@ -4,6 +4,8 @@
    (:mod:`bench.engine_compare`), after checking that all three agree on every request.
 2. POST /v1/authorize over HTTP against a bare Flask endpoint on the same gunicorn, points
    interleaved (:mod:`bench.http_compare`), then a per-phase profile of one authorize request.
+3. Validate and plan of a generated repository of 1,000 agents and 10,000 policies, cold and
+   after one file changed (:mod:`bench.controller_plan`).
 
 Installs ``bench/requirements.txt`` into the running interpreter when a package is missing,
 and ``wrk`` with apt-get when missing and running as root. Exits 1 when the engines disagree or
@@ -332,6 +334,37 @@ def run_profile(requests: int, threads: int) -> None:
     )
 
 
+def run_plan() -> bool:
+    from bench import controller_plan as cp
+
+    print("## 4. Validate and plan a generated policy repository\n")
+    print(
+        f"{cp.AGENTS:,} agents x {cp.POLICIES_PER_AGENT} policies of 5 rules, one file per "
+        "object; each step a fresh `agentauth` process against a fresh SQLite database.\n",
+        flush=True,
+    )
+    times = cp.bench_plan()
+    print_table(
+        ["step", "seconds"],
+        [
+            ["`agentauth validate` (empty document cache)", f"{times.validate_cold:.2f}"],
+            ["`agentauth plan` (empty cache, everything to create)", f"{times.plan_cold:.2f}"],
+            [
+                "`agentauth plan` again after one policy file changed",
+                f"{times.plan_one_changed:.2f}",
+            ],
+        ],
+    )
+    verdict = "meets" if times.plan_cold < cp.TARGET_SECONDS else "BELOW"
+    print(
+        f"**Full plan of {times.files:,} files: {times.plan_cold:.2f} s** (target < "
+        f"{cp.TARGET_SECONDS:.0f} s: {verdict} target); the second plan took "
+        f"{times.plan_one_changed / times.plan_cold:.0%} of the first.\n",
+        flush=True,
+    )
+    return True
+
+
 def main() -> int:
     from bench.http_compare import HttpConfig
 
@@ -359,7 +392,7 @@ def main() -> int:
         help="threads of the contended profile pass (default: a gunicorn worker's threads)",
     )
     parser.add_argument(
-        "--skip", action="append", default=[], choices=["engines", "http", "profile"]
+        "--skip", action="append", default=[], choices=["engines", "http", "profile", "plan"]
     )
     experiments = parser.add_argument_group("experiments (RESULTS.md uses the defaults)")
     experiments.add_argument("--workers", type=int, default=defaults.workers)
@@ -393,6 +426,8 @@ def main() -> int:
         ok = run_http(config) and ok
     if "profile" not in args.skip:
         run_profile(args.profile_requests, args.profile_threads)
+    if "plan" not in args.skip:
+        ok = run_plan() and ok
     return 0 if ok else 1
 
 

@@ -53,7 +53,10 @@ spec:
         size: {{min: 0, max: {max_size}}}
     - type: time_based
       tools: ["tool{p}.write"]
-      timeWindow: {{timezone: Europe/Berlin, allowedHours: [8, 9, 10, 11, 12, 13, 14, 15, 16, 17], allowedDays: [1, 2, 3, 4, 5]}}
+      timeWindow:
+        timezone: Europe/Berlin
+        allowedHours: [8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+        allowedDays: [1, 2, 3, 4, 5]
     - type: rate_limit
       tools: ["tool{p}.*"]
       rateLimit: {{maxCalls: 100, windowSeconds: 60}}
