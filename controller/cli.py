@@ -60,20 +60,39 @@ def main() -> None:
     type=click.IntRange(1, 64),
     help="threads per worker process",
 )
-def serve(host: str, port: int, db: str | None, workers: int, threads: int) -> None:
-    """Bring the schema up to date, then serve the API."""
+@click.option(
+    "--repo",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="a policy repository to apply to the default workspace before serving",
+)
+@click.option("--watch", is_flag=True, help="with --repo: apply it again whenever a file is saved")
+def serve(
+    host: str, port: int, db: str | None, workers: int, threads: int, repo: Path | None, watch: bool
+) -> None:
+    """Bring the schema up to date, apply --repo if given, then serve the API."""
     from api.server import serve as run_server
+    from controller.watch import WatchProcess
 
+    if watch and repo is None:
+        raise click.UsageError("--watch needs --repo")
     try:
         settings = _settings(db)
         database = Database(settings)
         upgrade(database)
+        if repo is not None:
+            _apply_before_serving(database, repo, settings)
         database.dispose()
     except AgentAuthError as exc:
         _fail(exc)
     click.echo(f"agentauth serving on http://{host}:{port}", err=False)
     sys.stdout.flush()
-    run_server(settings, host, port, workers, threads)
+    # a child process, started before gunicorn forks: the master must not run threads
+    watcher = WatchProcess(repo, settings.database_url) if watch and repo else None
+    try:
+        run_server(settings, host, port, workers, threads)
+    finally:
+        if watcher is not None:
+            watcher.stop()
 
 
 @main.group()
@@ -374,3 +393,137 @@ def test(directory: Path, workspace: str, junit: Path | None, verbose: bool) -> 
     if not report.documents:
         click.echo(f"warning: no PolicyTest documents in {directory}", err=True)
     sys.exit(0 if report.ok else 1)
+
+
+# ------------------------------------------------------------- watch, sync and serve --repo
+
+
+def _log_lines(lines: Sequence[str]) -> None:
+    for line in lines:
+        click.echo(line, err=True)
+
+
+def _apply_before_serving(database: Database, directory: Path, settings: Settings) -> None:
+    """``serve --repo``: apply once. A repository that fails is reported and the service starts
+    anyway, serving the last applied state: a bad policy commit must not take it down."""
+    from controller.watch import apply_directory, describe_result
+
+    result = apply_directory(database, directory, cache=_cache(settings, directory))
+    for line in describe_result(result):
+        click.echo(line, err=not result.ok)
+    if not result.ok:
+        click.echo("the last applied policies stay in force", err=True)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
+@click.option("--db", help=DB_HELP)
+@click.option(
+    "--debounce",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(0, 60),
+    help="seconds without a further change before applying",
+)
+@click.option(
+    "--prune-agents", is_flag=True, help="also delete managed agents gone from the repository"
+)
+def watch(
+    directory: Path, workspace: str, db: str | None, debounce: float, prune_agents: bool
+) -> None:
+    """Apply DIRECTORY now and again after every saved change, until stopped (Ctrl-C)."""
+    from controller.watch import Watcher, apply_directory, describe_result, wait_for_stop_signal
+
+    try:
+        settings = _settings(db)
+        database = Database(settings)
+        upgrade(database)
+        cache = _cache(settings, directory)
+        watcher = Watcher(
+            directory,
+            lambda: apply_directory(
+                database, directory, workspace=workspace, cache=cache, prune_agents=prune_agents
+            ),
+            debounce,
+            on_result=lambda result: _log_lines(describe_result(result)),
+        )
+        watcher.start()
+    except AgentAuthError as exc:
+        _fail(exc)
+    click.echo(f"watching {directory} as pid {os.getpid()} (Ctrl-C to stop)", err=True)
+    try:
+        wait_for_stop_signal()
+    finally:
+        watcher.stop()
+        database.dispose()
+    click.echo("stopped watching", err=True)
+
+
+@main.command()
+@click.option("--git", "url", required=True, help="the repository to follow (any URL git fetches)")
+@click.option("--branch", default="main", show_default=True)
+@click.option("--path", "subdir", default="", help="the policy folder inside the repository")
+@click.option(
+    "--interval",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="seconds between fetches (doubled per failure, up to 10 times)",
+)
+@click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
+@click.option("--db", help=DB_HELP)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="where the bare clone is kept (default: under the cache directory)",
+)
+@click.option(
+    "--prune-agents", is_flag=True, help="also delete managed agents gone from the repository"
+)
+def sync(
+    url: str,
+    branch: str,
+    subdir: str,
+    interval: float,
+    workspace: str,
+    db: str | None,
+    workdir: Path | None,
+    prune_agents: bool,
+) -> None:
+    """Follow a branch of a git repository: apply each new commit, until stopped (Ctrl-C)."""
+    from functools import partial
+
+    from controller.sync import (
+        GitSync,
+        apply_files,
+        default_workdir,
+        describe_poll,
+        follow_until_signalled,
+    )
+
+    try:
+        settings = _settings(db)
+        database = Database(settings)
+        upgrade(database)
+        folder = workdir or default_workdir(settings.cache_dir, url)
+        cache = _cache(settings, folder) if folder is not None else DocumentCache(None)
+        follower = GitSync(
+            url,
+            partial(
+                apply_files, database, workspace=workspace, cache=cache, prune_agents=prune_agents
+            ),
+            workdir=folder,
+            branch=branch,
+            path=subdir,
+            interval=interval,
+        )
+        follower.prepare()
+    except AgentAuthError as exc:
+        _fail(exc)
+    click.echo(f"following {branch} of {follower.source} (Ctrl-C to stop)", err=True)
+    follow_until_signalled(
+        follower, lambda polled: _log_lines(describe_poll(polled, follower.next_delay))
+    )
+    database.dispose()
+    click.echo("stopped syncing", err=True)

@@ -1,0 +1,301 @@
+"""Watch: apply a policy directory again whenever a policy file in it is saved.
+
+watchdog's observer reports file events; the ones that can change what the repository declares
+(a ``*.yaml``/``*.yml`` file or a folder, outside hidden paths such as ``.git``, and not an
+editor's temporary file) move a debounce deadline. One worker thread waits on a condition until
+the deadline passes with no newer event, then applies once: a burst of saves (an editor's
+write-then-rename, ``git checkout``) costs one apply. Applies never overlap; events during an
+apply schedule the next one.
+
+Also the pieces the ``watch``, ``sync`` and ``serve --repo`` verbs share: applying a directory
+as one attempt that never raises, the one-line report of a result, waiting for SIGINT/SIGTERM,
+and running the watcher as a child process of ``serve`` (the gunicorn master forks its workers,
+so it must not run threads of its own).
+
+Called by ``controller.cli`` (``watch``, ``serve``) and ``controller.sync``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+
+from controller.apply import ApplyResult, apply_repo
+from controller.load import DocumentCache, is_document_path
+from controller.plan import Action
+from controller.repo import DEFAULT_WORKSPACE, load_repo
+from controller.sources import SourceError, read_files, revision_of
+from core.clock import Clock, utc_now
+from core.db import Database
+from core.errors import AgentAuthError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DEBOUNCE = 0.5
+
+#: events that can change the files (opened, attribute and read-only events cannot)
+_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileClosedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
+
+
+def is_watched_path(relative: str, is_directory: bool) -> bool:
+    """Whether a change at ``relative`` (POSIX, relative to the watched folder) can change the
+    repository: a policy file read by ``read_files``, or a folder that may hold some."""
+    if not relative or relative == "." or relative.startswith("../"):
+        return False
+    if is_directory:
+        return not any(part.startswith(".") for part in relative.split("/"))
+    return is_document_path(relative)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, root: Path, on_change: Callable[[], None]) -> None:
+        self._root = root
+        self._on_change = on_change
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        paths = [p for p in (event.src_path, event.dest_path) if p]
+        for path in paths:
+            relative = Path(os.path.relpath(os.fsdecode(path), self._root)).as_posix()
+            if is_watched_path(relative, event.is_directory):
+                self._on_change()
+                return
+
+
+class Watcher:
+    """Applies once when started, then once per burst of changes under ``directory``.
+
+    Each result is put on :attr:`results` and passed to ``on_result`` (the CLI logs it), from
+    the worker thread. ``apply_fn`` should report failures in its result rather than raise;
+    anything it raises is logged and the watcher carries on.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        apply_fn: Callable[[], ApplyResult],
+        debounce: float = DEFAULT_DEBOUNCE,
+        on_result: Callable[[ApplyResult], None] | None = None,
+    ) -> None:
+        self.directory = directory.absolute()
+        self.debounce = debounce
+        self.results: queue.Queue[ApplyResult] = queue.Queue()
+        self._apply = apply_fn
+        self._on_result = on_result
+        self._changed = threading.Condition()
+        self._due: float | None = None  # time.monotonic() at which to apply; None: nothing to do
+        self._stopping = False
+        self._observer = Observer()
+        self._worker = threading.Thread(target=self._work, name="agentauth-watch", daemon=True)
+
+    def start(self) -> None:
+        """Watch first, then apply: a save during the first apply is not missed."""
+        handler = _Handler(self.directory, self.notify)
+        try:
+            self._observer.schedule(
+                handler, str(self.directory), recursive=True, event_filter=_EVENTS
+            )
+            self._observer.start()
+        except OSError as exc:
+            raise SourceError(f"cannot watch {self.directory}: {exc.strerror or exc}") from None
+        with self._changed:
+            self._due = time.monotonic()
+        self._worker.start()
+
+    def stop(self) -> None:
+        """Stop watching; an apply in progress finishes, a pending one is dropped."""
+        if self._observer.is_alive():
+            self._observer.stop()
+            self._observer.join()
+        with self._changed:
+            self._stopping = True
+            self._changed.notify()
+        if self._worker.is_alive():
+            self._worker.join()
+
+    def __enter__(self) -> Watcher:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def notify(self) -> None:
+        """A relevant change happened: apply once ``debounce`` seconds pass without another."""
+        with self._changed:
+            self._due = time.monotonic() + self.debounce
+            self._changed.notify()
+
+    def _work(self) -> None:
+        while self._wait_until_due():
+            self._apply_once()
+
+    def _wait_until_due(self) -> bool:
+        """Block until an apply is due (True) or the watcher stops (False)."""
+        with self._changed:
+            while not self._stopping:
+                if self._due is not None:
+                    remaining = self._due - time.monotonic()
+                    if remaining <= 0:
+                        self._due = None
+                        return True
+                    self._changed.wait(remaining)
+                else:
+                    self._changed.wait()
+            return False
+
+    def _apply_once(self) -> None:
+        try:
+            result = self._apply()
+            self.results.put(result)
+            if self._on_result is not None:
+                self._on_result(result)
+        except Exception:  # the watcher outlives one bad apply; the traceback is logged
+            logger.exception("applying %s failed", self.directory)
+
+
+# ------------------------------------------------------------------- shared by the verbs
+
+
+def apply_directory(
+    db: Database,
+    directory: Path,
+    *,
+    workspace: str = DEFAULT_WORKSPACE,
+    cache: DocumentCache | None = None,
+    prune_agents: bool = False,
+    now: Clock = utc_now,
+) -> ApplyResult:
+    """Read, validate and apply ``directory`` as one attempt. Never raises our errors: a folder
+    that cannot be read or a database that cannot be written is a failed result (with revision
+    ``unknown`` when the files could not be read)."""
+    revision = "unknown"
+    try:
+        files = read_files(directory)
+        revision = revision_of(directory, files)
+        repo = load_repo(files, workspace, cache)
+        return apply_repo(
+            db,
+            repo,
+            workspace=workspace,
+            revision=revision,
+            source=str(directory.resolve()),
+            now=now(),
+            prune_agents=prune_agents,
+        )
+    except AgentAuthError as exc:
+        return ApplyResult(revision, None, exc.message)
+
+
+def describe_result(result: ApplyResult, at: datetime | None = None) -> list[str]:
+    """One line per result (time, revision, outcome), then one indented line per problem."""
+    head = f"{timestamp(at)} {short_revision(result.revision)}"
+    if not result.ok:
+        return [f"{head} failed: {result.error}"] + [f"  {p}" for p in result.problems]
+    assert result.plan is not None
+    if not result.plan.has_changes:
+        return [f"{head} unchanged"]
+    counts = result.plan.summary()
+    parts = [
+        f"{counts[Action.CREATE]} created",
+        f"{counts[Action.UPDATE]} updated",
+        f"{counts[Action.DELETE]} deleted",
+    ]
+    if counts[Action.ORPHAN]:
+        parts.append(f"{counts[Action.ORPHAN]} orphaned agent(s) kept")
+    if counts["drift"]:
+        parts.append(f"{counts['drift']} drifted object(s) repaired")
+    return [f"{head} applied: " + ", ".join(parts)]
+
+
+def timestamp(at: datetime | None = None) -> str:
+    """A log line's time: UTC, to the second."""
+    return f"{(at or utc_now()).astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def short_revision(revision: str) -> str:
+    """A commit as its first 12 hex digits, a content hash as ``sha256:`` and 12."""
+    commit, plus, rest = revision.partition("+")
+    if commit.startswith("sha256:"):
+        commit = commit[:19]
+    elif len(commit) == 40 and all(c in "0123456789abcdef" for c in commit):
+        commit = commit[:12]
+    return commit + plus + rest
+
+
+def wait_for_stop_signal(finished: threading.Event | None = None) -> None:
+    """Block the main thread until SIGINT or SIGTERM arrives (or ``finished`` is set).
+
+    SIGTERM is handled like SIGINT for the wait: the handler raises KeyboardInterrupt in the
+    main thread, which takes no lock, so it cannot deadlock with the event's."""
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        (finished or threading.Event()).wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class WatchProcess:
+    """``agentauth watch DIRECTORY`` as a child process of ``serve``, stopped with the server.
+
+    The database URL goes to the child in its environment, not its command line, where every
+    user of the machine could read a password in it."""
+
+    def __init__(self, directory: Path, database_url: str, workspace: str = DEFAULT_WORKSPACE):
+        self._owner = os.getpid()
+        command = [
+            sys.executable, "-m", "controller", "watch", str(directory), "--workspace", workspace,
+        ]  # fmt: skip
+        environment = {**os.environ, "AGENTAUTH_DATABASE_URL": database_url}
+        # our own interpreter and module with a list of arguments: no shell, nothing to inject
+        self.process = subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL)  # noqa: S603
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds. Does nothing in another process: a
+        gunicorn worker leaves by raising SystemExit through the frames it was forked from."""
+        if os.getpid() != self._owner:
+            return
+        # Popen checks that the child is still its own (unreaped) before it signals the PID
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
