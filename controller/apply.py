@@ -10,6 +10,7 @@ Called by the ``apply``, ``watch`` and ``sync`` verbs and by ``serve --repo``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,9 +26,11 @@ from core import agents as agent_store
 from core import policies as policy_store
 from core.db import Database
 from core.db.models import SyncStatus
-from core.errors import AgentAuthError
+from core.errors import AgentAuthError, StorageError
 from core.keys import ensure_workspace
 from schemas import Problem
+
+log = logging.getLogger("agentauth.controller")
 
 
 class ApplyRefused(AgentAuthError):
@@ -66,6 +69,11 @@ def apply_repo(
         error = f"the repository has {len(repo.errors)} problem(s); nothing was applied"
         _record_failure(db, workspace, source, revision, now, error, repo.errors)
         return ApplyResult(revision, None, error, tuple(repo.errors))
+    if not repo.agents:
+        # almost always a wrong folder or --path; applying it would prune every managed policy
+        error = "the repository declares no agents; refusing to apply it (nothing was changed)"
+        _record_failure(db, workspace, source, revision, now, error, ())
+        return ApplyResult(revision, None, error)
     try:
         with db.transaction(write=True) as session:
             workspace_id = ensure_workspace(session, workspace, now)
@@ -205,6 +213,15 @@ def _record_failure(
     detail = error
     if problems:
         detail += "\n" + "\n".join(str(p) for p in problems[:50])
+    try:
+        _write_failure(db, workspace, source, revision, now, detail)
+    except StorageError as exc:  # the database itself is down: the caller reports the error
+        log.warning("could not record the failed apply of %s: %s", revision, exc.message)
+
+
+def _write_failure(
+    db: Database, workspace: str, source: str, revision: str, now: datetime, detail: str
+) -> None:
     with db.transaction(write=True) as session:
         workspace_id = ensure_workspace(session, workspace, now)
         status = session.get(SyncStatus, workspace_id) or SyncStatus(workspace_id=workspace_id)

@@ -300,7 +300,7 @@ def diff(
     """What changes from git revision BASE to HEAD of a policy repository (no database)."""
     try:
         git_repo = open_repository(repo_path)
-        before = load_repo(read_revision(git_repo, base, subdir), workspace)
+        before = load_repo(read_revision(git_repo, base, subdir, missing_ok=True), workspace)
         after = load_repo(read_revision(git_repo, head, subdir), workspace)
     except AgentAuthError as exc:
         _fail(exc)

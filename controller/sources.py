@@ -67,9 +67,13 @@ def open_repository(path: Path) -> git.Repo:
         raise SourceError(f"{path} is not inside a git repository") from None
 
 
-def read_revision(repo: git.Repo, revision: str, subdir: str = "") -> list[SourceFile]:
+def read_revision(
+    repo: git.Repo, revision: str, subdir: str = "", *, missing_ok: bool = False
+) -> list[SourceFile]:
     """The policy files under ``subdir`` at ``revision`` (any rev-parse expression), read from
-    the object database. Paths are relative to ``subdir``."""
+    the object database. Paths are relative to ``subdir``. A ``subdir`` missing at that
+    revision is an error (applying "nothing" would prune every managed policy), unless
+    ``missing_ok`` (the base of a diff that adds the folder)."""
     try:
         commit = repo.commit(revision)
     except (git.BadName, git.BadObject, ValueError, git.GitCommandError):
@@ -80,7 +84,9 @@ def read_revision(repo: git.Repo, revision: str, subdir: str = "") -> list[Sourc
         try:
             tree = tree / prefix.as_posix()
         except KeyError:
-            return []  # the folder does not exist at that revision: an empty repository
+            if missing_ok:
+                return []
+            raise SourceError(f"'{prefix}' does not exist at revision '{revision}'") from None
     files = []
     for item in tree.traverse():
         if not isinstance(item, git.Blob):

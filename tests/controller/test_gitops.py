@@ -494,6 +494,29 @@ def test_broken_revision_applies_nothing_and_the_last_good_one_stays(
     assert status.attempted_revision != good.applied_revision
 
 
+def test_a_folder_without_agents_is_never_applied(cli, repo_dir, ws_name, database_url):
+    write_files(repo_dir, BASE)
+    cli("apply", repo_dir, "--workspace", ws_name)
+    empty = repo_dir.parent / "empty"
+    empty.mkdir()
+    result = cli("apply", empty, "--workspace", ws_name)
+    assert result.exit_code == 1
+    assert "declares no agents" in result.stderr
+    _, policies = _rows(database_url, load_repo([], ws_name).workspace_id)
+    assert len(policies) == 2
+
+
+def test_diff_of_a_missing_folder_says_so(cli, tmp_path):
+    work = git.Repo.init(tmp_path / "repo")
+    root = Path(work.working_tree_dir)
+    write_files(root / "policies", BASE)
+    work.git.add(A=True)
+    work.index.commit("base")
+    result = cli("diff", "HEAD", "HEAD", "--repo", root, "--path", "polices", db=False)
+    assert result.exit_code == 1
+    assert "'polices' does not exist at revision 'HEAD'" in result.stderr
+
+
 def test_a_failure_mid_apply_leaves_nothing_half_applied(repo_dir, ws_name, database_url):
     write_files(repo_dir, BASE)
     db = _db(database_url)
