@@ -206,7 +206,8 @@ def test_validate_warns_but_passes_on_unanchored_regex_and_unreachable_rule(cli,
     assert result.exit_code == 0, result.output
     assert "spec.rules[1].parameters.to.regex: regex is not anchored" in result.stdout
     assert "policies/p.yaml:7:7: spec.rules[0]:" in result.stdout
-    assert "lockdown" in result.stdout and "(warning)" in result.stdout
+    assert "lockdown" in result.stdout
+    assert "(warning)" in result.stdout
     assert "0 error(s), 3 warning(s)" in result.stderr
 
 
@@ -239,7 +240,8 @@ def test_apply_creates_managed_objects_and_second_apply_changes_nothing(
     assert "Plan: no changes." in second.stdout
     assert "already applied" in second.stdout
     plan = cli("plan", repo_dir, "--workspace", ws_name, "--detailed-exitcode")
-    assert plan.exit_code == 0 and "no changes" in plan.stdout
+    assert plan.exit_code == 0
+    assert "no changes" in plan.stdout
 
     repo = load_repo(read_files(repo_dir), ws_name)
     agents, policies = _rows(database_url, repo.workspace_id)
@@ -251,7 +253,8 @@ def test_apply_creates_managed_objects_and_second_apply_changes_nothing(
         "refunds": (repo.policies["refunds"].id, 10, "git"),
     }
     status = _status(database_url, repo.workspace_id)
-    assert status is not None and status.result == "unchanged"
+    assert status is not None
+    assert status.result == "unchanged"
     assert status.applied_revision == status.attempted_revision
     assert status.applied_revision.startswith("sha256:")
 
@@ -267,7 +270,8 @@ def test_ids_are_the_same_in_every_database(cli, repo_dir, tmp_path):
         with db.transaction() as session:
             ids.append(sorted(p.id for p in session.query(Policy)))
         db.dispose()
-    assert ids[0] == ids[1] and len(ids[0]) == 2
+    assert ids[0] == ids[1]
+    assert len(ids[0]) == 2
 
 
 def test_plan_exit_codes(cli, repo_dir, ws_name):
@@ -357,7 +361,8 @@ def test_plan_shows_rule_member_level_changes_and_drift(cli, repo_dir, ws_name, 
     plan = json.loads(result.stdout)
     assert plan["format_version"] == 1
     refunds = next(c for c in plan["changes"] if c["name"] == "refunds")
-    assert refunds["action"] == "update" and refunds["drift"] is True
+    assert refunds["action"] == "update"
+    assert refunds["drift"] is True
     fields = {f["path"]: f for f in refunds["fields"]}
     assert fields["rules[1].parameters.amount.max"] == {
         "path": "rules[1].parameters.amount.max",
@@ -365,14 +370,14 @@ def test_plan_shows_rule_member_level_changes_and_drift(cli, repo_dir, ws_name, 
         "before": 500,
         "after": 900,
     }
-    assert (
-        fields["rules[2]"]["after"]["type"] == "rate_limit" and "before" not in fields["rules[2]"]
-    )
+    assert fields["rules[2]"]["after"]["type"] == "rate_limit"
+    assert "before" not in fields["rules[2]"]
     assert fields["priority"] == {"path": "priority", "drift": True, "before": 50, "after": 10}
     actions = {(c["kind"], c["name"]): c["action"] for c in plan["changes"]}
     assert actions[("Policy", "no-shell")] == "delete"
     assert actions[("Agent", "support-bot")] == "create"
-    assert plan["summary"]["delete"] == 1 and plan["has_changes"] is True
+    assert plan["summary"]["delete"] == 1
+    assert plan["has_changes"] is True
 
 
 def test_drift_is_repaired_by_apply(cli, repo_dir, ws_name, database_url):
@@ -421,7 +426,8 @@ def test_pruning_deletes_policies_and_keeps_agents_without_the_flag(
     write_files(repo_dir, {"agents/other.yaml": agent_doc("other")})
     kept = cli("apply", repo_dir, "--workspace", ws_name)
     assert kept.exit_code == 0, kept.output
-    assert "= Agent finance-agent" in kept.stdout and "--prune-agents" in kept.stdout
+    assert "= Agent finance-agent" in kept.stdout
+    assert "--prune-agents" in kept.stdout
     agents, policies = _rows(database_url, workspace_id)
     assert sorted(a.name for a in agents) == ["finance-agent", "other"]
     assert policies == []
@@ -453,7 +459,8 @@ def test_conflicts_block_apply_until_adopted(cli, repo_dir, ws_name, database_ur
     assert "! Agent finance-agent" in plan.stdout
     assert f"set metadata.id: {existing['id']}" in plan.stdout
     refused = cli("apply", repo_dir, "--workspace", ws_name)
-    assert refused.exit_code == 1 and "conflict" in refused.stderr
+    assert refused.exit_code == 1
+    assert "conflict" in refused.stderr
     assert client.get("/v1/policies", headers=headers).json["data"] == []
     pinned = agent_doc("finance-agent").replace(
         "name: finance-agent", f"name: finance-agent\n      id: {existing['id']}"
@@ -485,11 +492,12 @@ def test_broken_revision_applies_nothing_and_the_last_good_one_stays(
     result = cli("apply", repo_dir, "--workspace", ws_name)
     assert result.exit_code == 1
     assert "was not applied" in result.stderr
-    agents, policies = _rows(database_url, repo.workspace_id)
+    _agents, policies = _rows(database_url, repo.workspace_id)
     assert sorted(p.name for p in policies) == ["no-shell", "refunds"]
     status = _status(database_url, repo.workspace_id)
     assert status is not None
-    assert status.result == "failed" and "problem" in (status.error or "")
+    assert status.result == "failed"
+    assert "problem" in (status.error or "")
     assert status.applied_revision == good.applied_revision
     assert status.attempted_revision != good.applied_revision
 
@@ -541,14 +549,16 @@ def test_a_failure_mid_apply_leaves_nothing_half_applied(repo_dir, ws_name, data
     db.dispose()
     assert seen == ["finance-agent", "no-shell", "refunds"]
     agents, policies = _rows(database_url, repo.workspace_id)
-    assert agents == [] and policies == []
+    assert agents == []
+    assert policies == []
 
 
 def test_sync_status_endpoint_reports_the_applied_revision(cli, repo_dir, ws_name, database_url):
     tenant, client = _tenant(database_url, ws_name)
     headers = tenant.headers("read-only")
     empty = client.get("/v1/sync-status", headers=headers)
-    assert empty.status_code == 200 and empty.json["lastAppliedRevision"] is None
+    assert empty.status_code == 200
+    assert empty.json["lastAppliedRevision"] is None
     write_files(repo_dir, BASE)
     cli("apply", repo_dir, "--workspace", ws_name)
     status = client.get("/v1/sync-status", headers=headers).json
@@ -568,11 +578,13 @@ def test_apply_in_a_git_work_tree_records_the_commit(cli, tmp_path, database_url
     ws = "git-rev-" + commit[:8]
     assert cli("apply", folder, "--workspace", ws).exit_code == 0
     status = _status(database_url, load_repo([], ws).workspace_id)
-    assert status is not None and status.applied_revision == commit
+    assert status is not None
+    assert status.applied_revision == commit
     write_files(folder, {"policies/refunds.yaml": REFUNDS.replace("500", "600")})
     assert cli("apply", folder, "--workspace", ws).exit_code == 0
     status = _status(database_url, load_repo([], ws).workspace_id)
-    assert status is not None and status.applied_revision.startswith(commit + "+dirty.")
+    assert status is not None
+    assert status.applied_revision.startswith(commit + "+dirty.")
 
 
 # ------------------------------------------------------------------------------ impact
@@ -599,7 +611,8 @@ def test_plan_replays_recent_calls_and_counts_flips(cli, repo_dir, ws_name, data
     impact = json.loads(result.stdout)["impact"]
     assert impact[0]["agent"] == "finance-agent"
     assert impact[0]["replayed"] == 4
-    assert impact[0]["allowed_to_denied"] == 2 and impact[0]["denied_to_allowed"] == 0
+    assert impact[0]["allowed_to_denied"] == 2
+    assert impact[0]["denied_to_allowed"] == 0
     assert {e["parameters"]["amount"] for e in impact[0]["examples"]} == {400, 450}
     text = cli("plan", repo_dir, "--workspace", ws_name).stdout
     assert "4 calls replayed; 2 allowed -> denied, 0 denied -> allowed" in text
@@ -631,12 +644,14 @@ def test_diff_between_two_commits_needs_no_database(cli, tmp_path):
     assert markdown.stdout.startswith(f"### agentauth diff {base}..HEAD: 2 to create")
     same = cli("diff", "HEAD", "HEAD", "--repo", root, "--path", "policies",
                "--detailed-exitcode", db=False)  # fmt: skip
-    assert same.exit_code == 0 and "no changes" in same.stdout
+    assert same.exit_code == 0
+    assert "no changes" in same.stdout
     changed = cli("diff", base, "HEAD", "--repo", root, "--path", "policies",
                   "--detailed-exitcode", db=False)  # fmt: skip
     assert changed.exit_code == 2
     unknown = cli("diff", "nope", "HEAD", "--repo", root, db=False)
-    assert unknown.exit_code == 1 and "unknown revision 'nope'" in unknown.stderr
+    assert unknown.exit_code == 1
+    assert "unknown revision 'nope'" in unknown.stderr
 
 
 def test_cache_makes_unchanged_files_free_and_follows_changes(repo_dir, tmp_path):
