@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from core.rules import check_rules
-from schemas import Problem, format_path, validate
+from schemas import Problem, fast_check, format_path, validate
 
 API_VERSION = "agentauth/v1"
 KINDS = ("Agent", "Policy", "PolicyTest")
@@ -280,7 +280,9 @@ _SPEC_REFS = {
 def check_document(document: Document) -> list[Problem]:
     """Every problem of one document on its own: the schema, then (when the schema passed)
     rule semantics and the test clock. Cross-document checks live in ``controller.repo``."""
-    found = validate("document.json", document.body)
+    quick = fast_check("document.json")  # exact yes/no; the full validator only on a no
+    valid = quick is not None and quick(document.body)
+    found = [] if valid else validate("document.json", document.body)
     problems = [document.problem(p.path, p.message) for p in found]
     body = document.body
     kind = body.get("kind")
