@@ -20,10 +20,13 @@ import gc
 import hashlib
 import json
 import marshal
+import multiprocessing
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -153,7 +156,7 @@ def parse_file(source: SourceFile) -> LoadedFile:
         line, column = node.start_mark.line + 1, node.start_mark.column + 1
         try:
             builder = _Builder()
-            body = builder.build(node, ())
+            body = builder.build(node, "")
         except YamlError as exc:
             problems.append(Problem(source.path, exc.line, "$", str(exc), exc.column))
             continue
@@ -192,7 +195,9 @@ class _Builder:
         self._active: set[int] = set()
         self._seen: set[int] = set()
 
-    def build(self, node: yaml.Node, path: tuple[str | int, ...]) -> Any:
+    def build(self, node: yaml.Node, path: str) -> Any:
+        """``path`` is the node's formatted JSON path (``spec.rules[0]``), built as the tree is
+        walked so every node costs one string, not a formatting of its whole path."""
         ident = id(node)
         if ident in self._active:
             raise YamlError("a recursive alias is not allowed", *_mark(node))
@@ -203,18 +208,18 @@ class _Builder:
                     f"aliases expand to more than {MAX_ALIAS_NODES} nodes", *_mark(node)
                 )
         self._seen.add(ident)
-        self.positions.setdefault(format_path(path), _mark(node))
+        self.positions.setdefault(path, _mark(node))
         if isinstance(node, yaml.ScalarNode):
             return _scalar(node)
         self._active.add(ident)
         try:
             if isinstance(node, yaml.SequenceNode):
-                return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+                return [self.build(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
             return self._mapping(node, path)
         finally:
             self._active.discard(ident)
 
-    def _mapping(self, node: yaml.Node, path: tuple[str | int, ...]) -> dict[str, Any]:
+    def _mapping(self, node: yaml.Node, path: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -224,11 +229,11 @@ class _Builder:
             key = str(key_node.value)
             if key in out:
                 raise YamlError(
-                    f"duplicate key '{key}' in {format_path(path) or 'the document'}",
-                    *_mark(key_node),
+                    f"duplicate key '{key}' in {path or 'the document'}", *_mark(key_node)
                 )
-            self.keys.setdefault(format_path((*path, key)), _mark(key_node))
-            out[key] = self.build(value_node, (*path, key))
+            member = f"{path}.{key}" if path else key
+            self.keys.setdefault(member, _mark(key_node))
+            out[key] = self.build(value_node, member)
         return out
 
 
@@ -251,13 +256,23 @@ def _size(node: yaml.Node, budget: int = MAX_ALIAS_NODES + 1) -> int:
 
 
 _SCALARS = yaml.SafeLoader("")
+_PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+_BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 
 
 def _scalar(node: yaml.ScalarNode) -> Any:
-    """The core-schema value of a scalar; timestamps and binary stay the text written."""
-    tag = node.tag
+    """The core-schema value of a scalar; timestamps and binary stay the text written. The
+    common forms are converted here; PyYAML's constructor handles the rest (0x1F, 1_000, .inf)
+    at many times the cost."""
+    tag, text = node.tag, node.value
     if tag in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:timestamp"):
-        return node.value
+        return text
+    if tag == "tag:yaml.org,2002:int" and _PLAIN_INT.fullmatch(text):
+        return int(text)
+    if tag == "tag:yaml.org,2002:bool":
+        return _BOOLS[text.lower()]
+    if tag == "tag:yaml.org,2002:null":
+        return None
     if tag in (
         "tag:yaml.org,2002:int",
         "tag:yaml.org,2002:float",
@@ -376,25 +391,39 @@ class DocumentCache:
         self._dirty = False
         if path is not None:
             try:
-                data = _without_gc(marshal.loads, path.read_bytes())
+                with paused_gc():
+                    # our own cache file in the user's cache folder, same trust as the code
+                    data = marshal.loads(path.read_bytes())  # noqa: S302
                 if data.get("version") == cache_version():
                     self._entries = data["files"]
             except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError):
                 self._entries = {}
 
     def load(self, source: SourceFile) -> LoadedFile:
-        digest = source.digest
-        key = f"{source.path}\0{digest}"
+        return self.load_all([source])[0]
+
+    def load_all(self, sources: Sequence[SourceFile]) -> list[LoadedFile]:
+        """Every file, from the cache where it holds the same bytes, else parsed and checked
+        (in several processes when there are many: the work is CPU-bound and per file)."""
+        keys = [f"{s.path}\0{s.digest}" for s in sources]
+        found: list[LoadedFile | None] = [self._cached(key) for key in keys]
+        missing = [i for i, loaded in enumerate(found) if loaded is None]
+        if missing:
+            entries = _parse_many([sources[i] for i in missing])
+            for i, entry in zip(missing, entries, strict=True):
+                self._entries[keys[i]] = entry
+                found[i] = _from_json(entry)
+            self._dirty = True
+        return [loaded for loaded in found if loaded is not None]
+
+    def _cached(self, key: str) -> LoadedFile | None:
         entry = self._entries.get(key)
-        if entry is not None:
-            try:
-                return _from_json(entry)
-            except (KeyError, TypeError, ValueError):
-                pass  # an entry of another shape: parse again
-        loaded = parse_file(source)
-        self._entries[key] = _to_json(loaded)
-        self._dirty = True
-        return loaded
+        if entry is None:
+            return None
+        try:
+            return _from_json(entry)
+        except (KeyError, TypeError, ValueError):
+            return None  # an entry of another shape: parse again
 
     def keep_only(self, sources: Iterable[SourceFile]) -> None:
         wanted = {f"{s.path}\0{s.digest}" for s in sources}
@@ -416,16 +445,39 @@ class DocumentCache:
             return  # a cache that cannot be written only costs time next run
 
 
-def _without_gc(load: Any, data: bytes) -> Any:
-    """Building a million small objects triggers the cycle collector over and over; none of
-    them can form a cycle, so it is paused meanwhile."""
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Building a million small objects triggers the cycle collector over and over, each pass
+    over every object built so far; documents hold no cycles, so it is paused meanwhile."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return load(data)
+        yield
     finally:
         if enabled:
             gc.enable()
+
+
+#: below this many files to parse, starting worker processes costs more than it saves
+PARALLEL_FROM = 400
+
+
+def _parse_many(sources: Sequence[SourceFile]) -> list[dict[str, Any]]:
+    """Cache entries for ``sources``, in order."""
+    workers = min(os.cpu_count() or 1, 8)
+    if len(sources) < PARALLEL_FROM or workers < 2:
+        return [_to_json(parse_file(source)) for source in sources]
+    chunk = max(50, len(sources) // (workers * 4))
+    batches = [sources[i : i + chunk] for i in range(0, len(sources), chunk)]
+    # spawn, not fork: the caller may be a watcher with threads running
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return [entry for batch in pool.map(_parse_batch, batches) for entry in batch]
+
+
+def _parse_batch(sources: Sequence[SourceFile]) -> list[dict[str, Any]]:
+    with paused_gc():
+        return [_to_json(parse_file(source)) for source in sources]
 
 
 def cache_version() -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.lint import LintPolicy, describe, shadowed_rules
-from controller.load import Document, DocumentCache, LoadedFile, SourceFile
+from controller.load import Document, DocumentCache, LoadedFile, SourceFile, paused_gc
 from core import ids
 from schemas import Problem
 
@@ -77,7 +77,8 @@ def load_repo(
     """The repository made of ``files``; nothing here touches a database or the disk, except
     the cache's own file."""
     own_cache = cache if cache is not None else DocumentCache(None)
-    loaded: list[LoadedFile] = [own_cache.load(source) for source in files]
+    with paused_gc():
+        loaded: list[LoadedFile] = own_cache.load_all(files)
     own_cache.keep_only(files)
     own_cache.save()
     workspace_id = ids.workspace_id(workspace)

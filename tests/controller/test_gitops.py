@@ -673,3 +673,25 @@ def test_cache_makes_unchanged_files_free_and_follows_changes(repo_dir, tmp_path
     ]
     broken = load_repo(edited, "w", DocumentCache(cache_file))
     assert [p.path for p in broken.errors] == ["spec.rules[1].parameters.amount.max"]
+
+
+def test_a_large_repository_is_parsed_in_worker_processes_with_the_same_result(tmp_path):
+    """Past PARALLEL_FROM files the parsing runs in spawned processes; through ``python -m
+    controller`` as a user runs it, so a worker that re-imported the CLI would show."""
+    import subprocess
+    import sys
+
+    from controller.load import PARALLEL_FROM
+
+    repo = tmp_path / "big"
+    files = {f"agents/a{i:04d}.yaml": agent_doc(f"a{i:04d}") for i in range(PARALLEL_FROM + 10)}
+    files["agents/a0123.yaml"] = agent_doc("a0123", "colour: red")
+    write_files(repo, files)
+    env = {"AGENTAUTH_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "controller", "validate", str(repo)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "agents/a0123.yaml:5:8: spec.colour: unknown field\n"
+    assert f"{PARALLEL_FROM + 10} file(s): 1 error(s), 0 warning(s)" in done.stderr
+    again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert again.stdout == done.stdout
