@@ -155,8 +155,8 @@ def parse_file(source: SourceFile) -> LoadedFile:
             continue
         line, column = node.start_mark.line + 1, node.start_mark.column + 1
         try:
-            builder = _Builder()
-            body = builder.build(node, "")
+            builder = _Builder(full=False)
+            body = builder.build(node, "", 0)
         except YamlError as exc:
             problems.append(Problem(source.path, exc.line, "$", str(exc), exc.column))
             continue
@@ -174,8 +174,16 @@ def parse_file(source: SourceFile) -> LoadedFile:
             )
             continue
         document = Document(source.path, index, line, column, body, builder.positions, builder.keys)
+        found = check_document(document)
+        if found:  # locate them precisely: build again recording every node's position
+            builder = _Builder(full=True)
+            builder.build(node, "", 0)
+            document = Document(
+                source.path, index, line, column, body, builder.positions, builder.keys
+            )
+            found = check_document(document)
         documents.append(document)
-        problems += check_document(document)
+        problems += found
     return LoadedFile(source.path, source.digest, tuple(documents), tuple(sorted(problems)))
 
 
@@ -185,17 +193,25 @@ def _failed(source: SourceFile, message: str, line: int, column: int) -> LoadedF
     )
 
 
-class _Builder:
-    """Plain values from a composed node tree, recording positions as it goes."""
+#: nodes this deep or shallower always get a position (spec.cases[0].policy is 4 deep): the
+#: ones checks across documents point at, and all a cache entry keeps
+SHALLOW = 4
 
-    def __init__(self) -> None:
+
+class _Builder:
+    """Plain values from a composed node tree, recording positions as it goes: of every node
+    when ``full``, else only down to :data:`SHALLOW` (a clean file needs no more, and most
+    files are clean)."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full
         self.positions: dict[str, tuple[int, int]] = {}
         self.keys: dict[str, tuple[int, int]] = {}
         self._expanded = 0
         self._active: set[int] = set()
         self._seen: set[int] = set()
 
-    def build(self, node: yaml.Node, path: str) -> Any:
+    def build(self, node: yaml.Node, path: str, depth: int) -> Any:
         """``path`` is the node's formatted JSON path (``spec.rules[0]``), built as the tree is
         walked so every node costs one string, not a formatting of its whole path."""
         ident = id(node)
@@ -208,18 +224,22 @@ class _Builder:
                     f"aliases expand to more than {MAX_ALIAS_NODES} nodes", *_mark(node)
                 )
         self._seen.add(ident)
-        self.positions.setdefault(path, _mark(node))
+        if self.full or depth <= SHALLOW:
+            self.positions.setdefault(path, _mark(node))
         if isinstance(node, yaml.ScalarNode):
             return _scalar(node)
         self._active.add(ident)
         try:
             if isinstance(node, yaml.SequenceNode):
-                return [self.build(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
-            return self._mapping(node, path)
+                return [
+                    self.build(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)
+                ]
+            return self._mapping(node, path, depth)
         finally:
             self._active.discard(ident)
 
-    def _mapping(self, node: yaml.Node, path: str) -> dict[str, Any]:
+    def _mapping(self, node: yaml.Node, path: str, depth: int) -> dict[str, Any]:
+        recorded = self.full or depth < SHALLOW
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -231,9 +251,10 @@ class _Builder:
                 raise YamlError(
                     f"duplicate key '{key}' in {path or 'the document'}", *_mark(key_node)
                 )
-            member = f"{path}.{key}" if path else key
-            self.keys.setdefault(member, _mark(key_node))
-            out[key] = self.build(value_node, member)
+            member = (f"{path}.{key}" if path else key) if recorded else ""
+            if recorded:
+                self.keys.setdefault(member, _mark(key_node))
+            out[key] = self.build(value_node, member, depth + 1)
         return out
 
 
