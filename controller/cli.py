@@ -16,7 +16,7 @@ import click
 
 from controller.apply import ApplyResult, apply_repo
 from controller.impact import DEFAULT_REPLAY, AgentImpact, analyse
-from controller.load import DocumentCache, SourceFile
+from controller.load import DocumentCache, SourceFile, paused_gc
 from controller.plan import Plan, build_plan
 from controller.render import render_json, render_markdown, render_text
 from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
@@ -247,7 +247,7 @@ def plan(
         _refuse_invalid(repo)
         database = Database(settings)
         upgrade(database)
-        with database.transaction(snapshot=True) as session:
+        with paused_gc(), database.transaction(snapshot=True) as session:
             live = read_live(session, repo.workspace_id)
             the_plan = build_plan(repo, live, prune_agents=prune_agents)
             impacts = analyse(session, repo, the_plan, replay)

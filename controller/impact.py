@@ -86,9 +86,12 @@ def analyse(session: Session, repo: Repo, plan: Plan, limit: int) -> list[AgentI
         {c.agent for c in plan.changes if c.kind == "Policy" and c.agent is not None}
         & set(repo.agents)
     )
+    with_history = _with_history(session, [repo.agents[name].id for name in touched])
     out = []
     for name in touched:
         agent = repo.agents[name]
+        if agent.id not in with_history:
+            continue
         calls = list(_recent_calls(session, agent.id, limit))
         if calls:  # compile nothing for an agent without history
             before = _live_policies(session, agent.id)
@@ -127,6 +130,16 @@ def _live_policies(session: Session, agent_id: str) -> list[CompiledPolicy]:
         )
         for row in rows
     )
+
+
+def _with_history(session: Session, agent_ids: list[str]) -> set[str]:
+    """The agents among ``agent_ids`` with at least one recorded call (one query per 500)."""
+    found: set[str] = set()
+    for start in range(0, len(agent_ids), 500):
+        chunk = agent_ids[start : start + 500]
+        query = select(AuditEntry.agent_ref).where(AuditEntry.agent_ref.in_(chunk)).distinct()
+        found.update(str(row) for row in session.scalars(query))
+    return found
 
 
 def _recent_calls(session: Session, agent_id: str, limit: int) -> Iterable[Call]:

@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -378,13 +379,16 @@ def _regex_warnings(document: Document) -> list[Problem]:
 def read_directory(root: Path) -> list[SourceFile]:
     """The YAML files under ``root``, sorted by path, hidden files and folders skipped."""
     files = []
-    for directory, folders, names in os.walk(root):
+    base = str(root)
+    for directory, folders, names in os.walk(base):
         folders[:] = sorted(f for f in folders if not f.startswith("."))
-        for name in sorted(names):
+        relative = os.path.relpath(directory, base).replace(os.sep, "/")
+        prefix = "" if relative == "." else relative + "/"
+        for name in names:
             if name.startswith(".") or not name.endswith(SUFFIXES):
                 continue
-            full = Path(directory) / name
-            files.append(SourceFile(full.relative_to(root).as_posix(), full.read_bytes()))
+            with open(os.path.join(directory, name), "rb") as handle:
+                files.append(SourceFile(prefix + name, handle.read()))
     return sorted(files, key=lambda f: f.path)
 
 
@@ -490,8 +494,10 @@ def _parse_many(sources: Sequence[SourceFile]) -> list[dict[str, Any]]:
         return [_to_json(parse_file(source)) for source in sources]
     chunk = max(50, len(sources) // (workers * 4))
     batches = [sources[i : i + chunk] for i in range(0, len(sources), chunk)]
-    # spawn, not fork: the caller may be a watcher with threads running
-    context = multiprocessing.get_context("spawn")
+    # fork starts at once, but only a single-threaded process may fork safely (a watcher or
+    # a syncer has threads holding locks): spawn then, which imports everything afresh
+    alone = threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if alone else "spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         return [entry for batch in pool.map(_parse_batch, batches) for entry in batch]
 

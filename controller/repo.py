@@ -8,7 +8,7 @@ Called by every verb that reads a repository: validate, plan, diff, apply, test,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.lint import LintPolicy, describe, shadowed_rules
@@ -50,6 +50,9 @@ class Repo:
     policies: dict[str, DesiredPolicy]  # by name
     tests: tuple[Document, ...]
     problems: tuple[Problem, ...]
+    _by_agent: dict[str, list[DesiredPolicy]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def errors(self) -> list[Problem]:
@@ -60,7 +63,13 @@ class Repo:
         return [p for p in self.problems if p.severity != "error"]
 
     def policies_of(self, agent: str) -> list[DesiredPolicy]:
-        return [p for p in self.policies.values() if p.agent == agent]
+        if self._by_agent is None:
+            grouped: dict[str, list[DesiredPolicy]] = {}
+            for policy in self.policies.values():
+                grouped.setdefault(policy.agent, []).append(policy)
+            object.__setattr__(self, "_by_agent", grouped)  # a cache on a frozen dataclass
+        assert self._by_agent is not None
+        return list(self._by_agent.get(agent, ()))
 
 
 def object_id(workspace_id: str, kind: str, name: str, pinned: str | None = None) -> str:
@@ -76,9 +85,12 @@ def load_repo(
 ) -> Repo:
     """The repository made of ``files``; nothing here touches a database or the disk, except
     the cache's own file."""
-    own_cache = cache if cache is not None else DocumentCache(None)
     with paused_gc():
-        loaded: list[LoadedFile] = own_cache.load_all(files)
+        return _load_repo(files, workspace, cache if cache is not None else DocumentCache(None))
+
+
+def _load_repo(files: Sequence[SourceFile], workspace: str, own_cache: DocumentCache) -> Repo:
+    loaded: list[LoadedFile] = own_cache.load_all(files)
     own_cache.keep_only(files)
     own_cache.save()
     workspace_id = ids.workspace_id(workspace)
@@ -218,9 +230,11 @@ def _duplicate_ids(objects: Sequence[DesiredAgent | DesiredPolicy]) -> list[Prob
 
 
 def _shadows(agents: dict[str, DesiredAgent], policies: dict[str, DesiredPolicy]) -> list[Problem]:
+    by_agent: dict[str, dict[str, DesiredPolicy]] = {}
+    for policy in policies.values():
+        by_agent.setdefault(policy.agent, {})[policy.name] = policy
     out = []
-    for agent in agents:
-        own = {p.name: p for p in policies.values() if p.agent == agent}
+    for own in by_agent.values():
         lint = [LintPolicy(p.name, p.priority, p.enabled, p.rules) for p in own.values()]
         for shadow in shadowed_rules(lint):
             doc = own[shadow.policy].document
