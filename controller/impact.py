@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 from controller.plan import Plan
 from controller.repo import DesiredPolicy, Repo
 from core.compiler import compile_policy
-from core.db.models import AuditEntry, Policy
+from core.db.models import AuditEntry
+from core.decisions import load_policies
 from core.engine import CompiledPolicy, Decision, RateLimitRef, evaluate, order_policies
 
 DEFAULT_REPLAY = 10_000
@@ -118,18 +119,8 @@ def compile_desired(policies: Iterable[DesiredPolicy]) -> list[CompiledPolicy]:
 
 
 def _live_policies(session: Session, agent_id: str) -> list[CompiledPolicy]:
-    rows = session.scalars(select(Policy).where(Policy.agent_id == agent_id)).all()
-    return order_policies(
-        compile_policy(
-            id=row.id,
-            name=row.name,
-            priority=row.priority,
-            enabled=row.enabled,
-            created_at=row.created_at,
-            rules=row.rules,
-        )
-        for row in rows
-    )
+    """Exactly what the server would evaluate: the same loader as its policy cache."""
+    return load_policies(session.connection(), agent_id)
 
 
 def _with_history(session: Session, agent_ids: list[str]) -> set[str]:
