@@ -15,8 +15,9 @@ from pathlib import Path
 import click
 
 from controller.apply import ApplyResult, apply_repo
+from controller.cache import DocumentCache, paused_gc
 from controller.impact import DEFAULT_REPLAY, AgentImpact, analyse
-from controller.load import DocumentCache, SourceFile, paused_gc
+from controller.load import SourceFile
 from controller.plan import Plan, build_plan
 from controller.render import render_json, render_markdown, render_text
 from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.cache import DocumentCache, paused_gc
 from controller.lint import LintPolicy, describe, shadowed_rules
-from controller.load import Document, DocumentCache, LoadedFile, SourceFile, paused_gc
+from controller.load import Document, LoadedFile, SourceFile
 from core import ids
 from schemas import Problem
 

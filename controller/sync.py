@@ -29,7 +29,8 @@ from pathlib import Path
 import git
 
 from controller.apply import ApplyResult, apply_repo
-from controller.load import DocumentCache, SourceFile
+from controller.cache import DocumentCache
+from controller.load import SourceFile
 from controller.repo import DEFAULT_WORKSPACE, load_repo
 from controller.sources import SourceError, read_revision
 from controller.watch import describe_result, short_revision, timestamp, wait_for_stop_signal

@@ -44,7 +44,8 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from controller.apply import ApplyResult, apply_repo
-from controller.load import DocumentCache, is_document_path
+from controller.cache import DocumentCache
+from controller.load import is_document_path
 from controller.plan import Action
 from controller.repo import DEFAULT_WORKSPACE, load_repo
 from controller.sources import SourceError, read_files, revision_of

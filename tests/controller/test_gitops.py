@@ -655,7 +655,7 @@ def test_diff_between_two_commits_needs_no_database(cli, tmp_path):
 
 
 def test_cache_makes_unchanged_files_free_and_follows_changes(repo_dir, tmp_path):
-    from controller.load import DocumentCache
+    from controller.cache import DocumentCache
 
     write_files(repo_dir, BASE)
     cache_file = tmp_path / "c.json"
@@ -681,7 +681,7 @@ def test_a_large_repository_is_parsed_in_worker_processes_with_the_same_result(t
     import subprocess
     import sys
 
-    from controller.load import PARALLEL_FROM
+    from controller.cache import PARALLEL_FROM
 
     repo = tmp_path / "big"
     files = {f"agents/a{i:04d}.yaml": agent_doc(f"a{i:04d}") for i in range(PARALLEL_FROM + 10)}
