@@ -495,9 +495,9 @@ def sync(
     """Follow a branch of a git repository: apply each new commit, until stopped (Ctrl-C)."""
     from functools import partial
 
+    from controller.apply import apply_files
     from controller.sync import (
         GitSync,
-        apply_files,
         default_workdir,
         describe_poll,
         follow_until_signalled,

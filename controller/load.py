@@ -28,9 +28,8 @@ from typing import Any
 import yaml
 
 from core.rules import check_rules
-from schemas import Problem, fast_check, format_path, validate
+from schemas import Problem, check, format_path
 
-API_VERSION = "agentauth/v1"
 KINDS = ("Agent", "Policy", "PolicyTest")
 #: alias expansion bound for one file (nodes built from aliases, counted with their children)
 MAX_ALIAS_NODES = 1000
@@ -299,24 +298,15 @@ def _scalar(node: yaml.ScalarNode) -> Any:
 
 # ------------------------------------------------------------------------ per-document checks
 
-_SPEC_REFS = {
-    "Agent": "agent.json#/$defs/spec",
-    "Policy": "policy.json#/$defs/spec",
-    "PolicyTest": "document.json#/$defs/policyTestSpec",
-}
-
 
 def check_document(document: Document) -> list[Problem]:
     """Every problem of one document on its own: the schema, then (when the schema passed)
     rule semantics and the test clock. Cross-document checks live in ``controller.repo``."""
-    quick = fast_check("document.json")  # exact yes/no; the full validator only on a no
-    valid = quick is not None and quick(document.body)
-    found = [] if valid else validate("document.json", document.body)
-    problems = [document.problem(p.path, p.message) for p in found]
+    problems = [document.problem(p.path, p.message) for p in check("document.json", document.body)]
     body = document.body
     kind = body.get("kind")
     spec = body.get("spec")
-    if not isinstance(spec, dict) or kind not in _SPEC_REFS:
+    if not isinstance(spec, dict) or kind not in KINDS:
         return problems
     if kind == "Policy":  # check_rules skips what the schema refused, so both always run
         for p in check_rules(spec.get("rules", []), ("spec", "rules")):

@@ -28,14 +28,10 @@ from pathlib import Path
 
 import git
 
-from controller.apply import ApplyResult, apply_repo
-from controller.cache import DocumentCache
+from controller.apply import ApplyResult
 from controller.load import SourceFile
-from controller.repo import DEFAULT_WORKSPACE, load_repo
 from controller.sources import SourceError, read_revision
 from controller.watch import describe_result, short_revision, timestamp, wait_for_stop_signal
-from core.clock import Clock, utc_now
-from core.db import Database
 from core.errors import AgentAuthError
 
 logger = logging.getLogger(__name__)
@@ -232,31 +228,6 @@ def default_workdir(cache_dir: str, url: str) -> Path | None:
         return None
     key = hashlib.sha256(url.encode()).hexdigest()[:24]
     return Path(cache_dir) / "git" / key
-
-
-def apply_files(
-    db: Database,
-    files: list[SourceFile],
-    revision: str,
-    source: str,
-    *,
-    workspace: str = DEFAULT_WORKSPACE,
-    cache: DocumentCache | None = None,
-    prune_agents: bool = False,
-    now: Clock = utc_now,
-) -> ApplyResult:
-    """Validate and apply one commit's files (an :data:`ApplyFiles` once the keywords are
-    bound). Database errors propagate: the poll retries them."""
-    repo = load_repo(files, workspace, cache)
-    return apply_repo(
-        db,
-        repo,
-        workspace=workspace,
-        revision=revision,
-        source=source,
-        now=now(),
-        prune_agents=prune_agents,
-    )
 
 
 def describe_poll(polled: PollResult, next_delay: float, at: datetime | None = None) -> list[str]:

@@ -43,11 +43,11 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from controller.apply import ApplyResult, apply_repo
+from controller.apply import ApplyResult, apply_files
 from controller.cache import DocumentCache
 from controller.load import is_document_path
 from controller.plan import Action
-from controller.repo import DEFAULT_WORKSPACE, load_repo
+from controller.repo import DEFAULT_WORKSPACE
 from controller.sources import SourceError, read_files, revision_of
 from core.clock import Clock, utc_now
 from core.db import Database
@@ -205,15 +205,16 @@ def apply_directory(
     try:
         files = read_files(directory)
         revision = revision_of(directory, files)
-        repo = load_repo(files, workspace, cache)
-        return apply_repo(
+        source = str(directory.resolve())
+        return apply_files(
             db,
-            repo,
+            files,
+            revision,
+            source,
             workspace=workspace,
-            revision=revision,
-            source=str(directory.resolve()),
-            now=now(),
+            cache=cache,
             prune_agents=prune_agents,
+            now=now,
         )
     except AgentAuthError as exc:
         return ApplyResult(revision, None, exc.message)

@@ -8,7 +8,7 @@ from typing import Any
 from core import ids
 from core.errors import ValidationError
 from core.rules import check_rules
-from schemas import Problem, fast_check, validate
+from schemas import Problem, check, validate
 
 
 def problems_of(ref: str, instance: Any) -> list[Problem]:
@@ -18,13 +18,7 @@ def problems_of(ref: str, instance: Any) -> list[Problem]:
 
 def require_valid(ref: str, instance: Any) -> dict[str, Any]:
     """``instance`` when valid, else ValidationError carrying every problem."""
-    quick = fast_check(ref)
-    if quick is not None and quick(instance):
-        # the schema holds (the quick check never says so wrongly): only what JSON Schema
-        # cannot say remains, RE2 patterns, time zones, min <= max
-        problems = sorted(set(_rule_problems(instance)))
-    else:
-        problems = problems_of(ref, instance)
+    problems = sorted(set(check(ref, instance) + _rule_problems(instance)))
     if problems:
         raise ValidationError(problems)
     assert isinstance(instance, dict)

@@ -16,13 +16,12 @@ from pathlib import Path
 import git
 import pytest
 
-from controller.apply import ApplyResult
+from controller.apply import ApplyResult, apply_files
 from controller.sources import SourceError
 from controller.sync import (
     GitSync,
     Outcome,
     PollResult,
-    apply_files,
     default_workdir,
     describe_poll,
     redact_url,
