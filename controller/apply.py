@@ -128,18 +128,10 @@ def _lock_workspace(session: Session, workspace_id: str) -> None:
 
 
 def _refuse_conflicts(plan: Plan, adopt: bool) -> None:
-    blocking = [
-        c
-        for c in plan.of(Action.CONFLICT)
-        if not (adopt and c.before is not None and _same_id_conflict(c))
-    ]
+    blocking = [c for c in plan.of(Action.CONFLICT) if not (adopt and c.adoptable)]
     if blocking:
         lines = "; ".join(f"{c.kind} '{c.name}': {c.note}" for c in blocking)
         raise ApplyRefused(f"{len(blocking)} conflict(s), nothing was applied: {lines}")
-
-
-def _same_id_conflict(change: Change) -> bool:
-    return (change.note or "").startswith(f"{change.kind.lower()} {change.id} ")
 
 
 def _execute(

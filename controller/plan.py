@@ -65,6 +65,8 @@ class Change:
     fields: tuple[FieldChange, ...] = ()
     source: str | None = None  # file:line of the declaring document
     note: str | None = None
+    #: a conflict with an unmanaged object of the same id, which ``apply --adopt`` takes over
+    adoptable: bool = False
 
     @property
     def drift(self) -> bool:
@@ -169,13 +171,13 @@ def _plan_kind(
         if current is None:
             clash = unmanaged_names.get(_identity_of(kind, fields))
             if clash is not None:
-                out.append(_conflict(kind, wanted.name, object_id, agent, clash, source))
+                out.append(_conflict(kind, wanted.name, object_id, agent, clash, fields, source))
                 continue
             note = "drift: deleted outside the repository" if object_id in inventory else None
             out.append(Change(Action.CREATE, kind, wanted.name, object_id, agent, None, fields,
                                _created(fields), source, note))  # fmt: skip
         elif not current.managed:
-            out.append(_conflict(kind, wanted.name, object_id, agent, current, source))
+            out.append(_conflict(kind, wanted.name, object_id, agent, current, fields, source))
         else:
             changed = tuple(_field_changes(current, fields))
             if changed:
@@ -198,9 +200,17 @@ def _identity_of(kind: str, fields: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _conflict(
-    kind: str, name: str, object_id: str, agent: str | None, clash: LiveObject, source: str
+    kind: str,
+    name: str,
+    object_id: str,
+    agent: str | None,
+    clash: LiveObject,
+    fields: Mapping[str, Any],
+    source: str,
 ) -> Change:
-    if clash.id == object_id:
+    """``before`` is the unmanaged object, ``after`` what the repository wants it to be."""
+    adoptable = clash.id == object_id
+    if adoptable:
         note = (
             f"{kind.lower()} {object_id} exists but is not managed by the repository; "
             "apply --adopt to take it over"
@@ -210,8 +220,8 @@ def _conflict(
             f"an unmanaged {kind.lower()} named '{clash.name}' exists (id {clash.id}); "
             f"set metadata.id: {clash.id} in the file to adopt it, or rename one of them"
         )
-    return Change(Action.CONFLICT, kind, name, object_id, agent, dict(clash.fields), None, (),
-                   source, note)  # fmt: skip
+    return Change(Action.CONFLICT, kind, name, object_id, agent, dict(clash.fields), fields, (),
+                  source, note, adoptable)  # fmt: skip
 
 
 def _orphan(change: Change) -> Change:

@@ -162,7 +162,7 @@ def render_json(
     """One JSON object on one line, keys sorted (pipe it through ``jq`` to read it). Members:
     format_version, summary, has_changes, changes, impact (null when not analysed), warnings.
     A change holds the whole object in ``before`` (update, delete, conflict, orphan) and
-    ``after`` (create, update); ``fields`` lists an update's differing members, each with
+    ``after`` (create, update, conflict); ``fields`` lists an update's differing members, each with
     ``path``, ``drift`` and ``before``/``after`` (absent when the member is added/removed)."""
     document: dict[str, Any] = {
         "format_version": JSON_FORMAT_VERSION,

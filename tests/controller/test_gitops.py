@@ -462,7 +462,7 @@ def test_conflicts_block_apply_until_adopted(cli, repo_dir, ws_name, database_ur
     assert refused.exit_code == 1
     assert "conflict" in refused.stderr
     assert client.get("/v1/policies", headers=headers).json["data"] == []
-    pinned = agent_doc("finance-agent").replace(
+    pinned = agent_doc("finance-agent", "description: pays refunds").replace(
         "name: finance-agent", f"name: finance-agent\n      id: {existing['id']}"
     )
     write_files(repo_dir, {"agents/finance.yaml": pinned})
@@ -471,7 +471,9 @@ def test_conflicts_block_apply_until_adopted(cli, repo_dir, ws_name, database_ur
     assert adopted.exit_code == 0, adopted.output
     agent = client.get(f"/v1/agents/{existing['id']}", headers=headers).json
     assert agent["managedBy"] == "git"
+    assert agent["description"] == "pays refunds"  # adopted and made what the file says
     assert len(client.get("/v1/policies", headers=headers).json["data"]) == 2
+    assert "Plan: no changes." in cli("plan", repo_dir, "--workspace", ws_name).stdout
 
 
 def test_broken_revision_applies_nothing_and_the_last_good_one_stays(
