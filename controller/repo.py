@@ -51,9 +51,7 @@ class Repo:
     policies: dict[str, DesiredPolicy]  # by name
     tests: tuple[Document, ...]
     problems: tuple[Problem, ...]
-    _by_agent: dict[str, list[DesiredPolicy]] | None = field(
-        default=None, repr=False, compare=False
-    )
+    by_agent: dict[str, list[DesiredPolicy]] = field(default_factory=dict, repr=False)
 
     @property
     def errors(self) -> list[Problem]:
@@ -64,13 +62,7 @@ class Repo:
         return [p for p in self.problems if p.severity != "error"]
 
     def policies_of(self, agent: str) -> list[DesiredPolicy]:
-        if self._by_agent is None:
-            grouped: dict[str, list[DesiredPolicy]] = {}
-            for policy in self.policies.values():
-                grouped.setdefault(policy.agent, []).append(policy)
-            object.__setattr__(self, "_by_agent", grouped)  # a cache on a frozen dataclass
-        assert self._by_agent is not None
-        return list(self._by_agent.get(agent, ()))
+        return list(self.by_agent.get(agent, ()))
 
 
 def object_id(workspace_id: str, kind: str, name: str, pinned: str | None = None) -> str:
@@ -128,8 +120,11 @@ def _load_repo(files: Sequence[SourceFile], workspace: str, own_cache: DocumentC
     for test in tests:
         problems += _check_test(test, agents, policies, set(_names(loaded, "Agent")))
     problems += _duplicate_ids(list(agents.values()) + list(policies.values()))
-    problems += _shadows(agents, policies)
-    return Repo(workspace_id, agents, policies, tests, tuple(sorted(set(problems))))
+    by_agent: dict[str, list[DesiredPolicy]] = {}
+    for policy in policies.values():
+        by_agent.setdefault(policy.agent, []).append(policy)
+    problems += _shadows(by_agent)
+    return Repo(workspace_id, agents, policies, tests, tuple(sorted(set(problems))), by_agent)
 
 
 def _sound_documents(loaded: LoadedFile) -> list[Document]:
@@ -230,12 +225,10 @@ def _duplicate_ids(objects: Sequence[DesiredAgent | DesiredPolicy]) -> list[Prob
     return out
 
 
-def _shadows(agents: dict[str, DesiredAgent], policies: dict[str, DesiredPolicy]) -> list[Problem]:
-    by_agent: dict[str, dict[str, DesiredPolicy]] = {}
-    for policy in policies.values():
-        by_agent.setdefault(policy.agent, {})[policy.name] = policy
+def _shadows(by_agent: dict[str, list[DesiredPolicy]]) -> list[Problem]:
     out = []
-    for own in by_agent.values():
+    for policies in by_agent.values():
+        own = {p.name: p for p in policies}
         lint = [LintPolicy(p.name, p.priority, p.enabled, p.rules) for p in own.values()]
         for shadow in shadowed_rules(lint):
             doc = own[shadow.policy].document
