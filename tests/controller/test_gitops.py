@@ -697,3 +697,41 @@ def test_a_large_repository_is_parsed_in_worker_processes_with_the_same_result(t
     assert f"{PARALLEL_FROM + 10} file(s): 1 error(s), 0 warning(s)" in done.stderr
     again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert again.stdout == done.stdout
+
+
+def test_text_plans_are_colored_on_a_terminal_only(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    work = git.Repo.init(tmp_path / "repo")
+    root = Path(work.working_tree_dir)
+    write_files(root, {"README.md": "policies to come\n"})
+    work.git.add(A=True)
+    base = work.index.commit("empty").hexsha
+    write_files(root, BASE)
+    work.git.add(A=True)
+    work.index.commit("policies")
+    command = [sys.executable, "-m", "controller", "diff", base, "HEAD", "--repo", str(root)]
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    piped = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    assert "\x1b[" not in piped.stdout
+    leader, follower = pty.openpty()
+    with subprocess.Popen(command, stdout=follower, stderr=subprocess.DEVNULL, env=env) as shown:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the command is done
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+    assert shown.returncode == 0
+    colored = b"".join(chunks).decode()
+    assert "\x1b[32m+ Agent finance-agent" in colored
+    assert "Plan: 3 to create" in colored
