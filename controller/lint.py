@@ -72,14 +72,20 @@ def shadowed_rules(policies: Sequence[LintPolicy]) -> list[Shadow]:
     """The unreachable rules among ONE agent's policies, sorted by (policy, rule_index)."""
     enabled = [policy for policy in policies if policy.enabled]
     deciders = [_decider(policy) for policy in enabled]
-    deciders = [decider for decider in deciders if decider.patterns]
+    # highest priority first, ties by name: the first decider covering a pattern is the one
+    # a warning names
+    deciders = sorted(
+        (decider for decider in deciders if decider.patterns),
+        key=lambda decider: (-decider.priority, decider.name),
+    )
+    covers: dict[tuple[int, str], bool] = {}  # (decider index, pattern): covered
     out = []
     for policy in enabled:
-        higher = [decider for decider in deciders if decider.priority > policy.priority]
+        higher = [i for i, decider in enumerate(deciders) if decider.priority > policy.priority]
         if not higher:
             continue
         for index, rule in enumerate(policy.rules):
-            by = _covered_by(_patterns(rule), higher)
+            by = _covered_by(_patterns(rule), higher, deciders, covers)
             if by:
                 out.append(Shadow(policy.name, index, by))
     return sorted(out, key=lambda shadow: (shadow.policy, shadow.rule_index))
@@ -110,16 +116,27 @@ def _decider(policy: LintPolicy) -> _Decider:
     return _Decider(policy.name, policy.priority, tuple(dict.fromkeys(patterns)))
 
 
-def _covered_by(patterns: Sequence[str], higher: Sequence[_Decider]) -> tuple[tuple[str, int], ...]:
+def _covered_by(
+    patterns: Sequence[str],
+    higher: Sequence[int],
+    deciders: Sequence[_Decider],
+    covers: dict[tuple[int, str], bool],
+) -> tuple[tuple[str, int], ...]:
     """The policies that together cover every pattern, or () when one pattern is not covered
-    (or there are no patterns: such a rule is in scope for nothing, not shadowed)."""
+    (or there are no patterns: such a rule is in scope for nothing, not shadowed).
+    ``higher`` indexes ``deciders`` (sorted highest first); ``covers`` memoizes per agent."""
     by = set()
     for specific in patterns:
-        covering = [d for d in higher if any(glob_covers(g, specific) for g in d.patterns)]
-        if not covering:
+        for i in higher:
+            known = covers.get((i, specific))
+            if known is None:
+                known = any(glob_covers(g, specific) for g in deciders[i].patterns)
+                covers[(i, specific)] = known
+            if known:
+                by.add((deciders[i].name, deciders[i].priority))
+                break
+        else:
             return ()
-        first = min(covering, key=lambda decider: (-decider.priority, decider.name))
-        by.add((first.name, first.priority))
     return tuple(sorted(by))
 
 

@@ -36,7 +36,35 @@ MAX_ALIAS_NODES = 1000
 #: the YAML suffixes read as documents; hidden files and folders (.git, .github) are skipped
 SUFFIXES = (".yaml", ".yml")
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: the tag a plain (unquoted, untagged) scalar gets from :class:`_Composer`; the builder types
+#: it (:func:`_tag`), only for values: keys are always the text written
+_PLAIN = "?plain"
+
+
+class _Composer(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's composer (PyYAML's own where it was built without libyaml) without PyYAML's
+    resolver, which costs about 40% of composing a policy file: it would type every scalar,
+    keys included, in Python."""
+
+    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+        if kind is yaml.ScalarNode:
+            return _PLAIN if implicit[0] else _STR
+        return _SEQ if kind is yaml.SequenceNode else _MAP
+
+    def descend_resolver(self, *_: Any) -> None:
+        return None
+
+    def ascend_resolver(self, *_: Any) -> None:
+        return None
+
+
+_STR, _SEQ, _MAP, _MERGE = ("tag:yaml.org,2002:" + kind for kind in ("str", "seq", "map", "merge"))
+#: PyYAML's core-schema resolvers by a plain scalar's first character ("" for an empty one)
+_IMPLICIT = {
+    first: tuple(resolvers) + tuple(yaml.resolver.Resolver.yaml_implicit_resolvers.get(None, ()))
+    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
+    if first is not None
+}
 _STRIP_LAST = re.compile(r"(\[\d+\]|\.[^.\[\]]*|^[^.\[\]]+)$")
 
 
@@ -132,7 +160,7 @@ def parse_file(source: SourceFile) -> LoadedFile:
     except UnicodeDecodeError as exc:
         return _failed(source, f"is not UTF-8 text (byte {exc.start})", 1, 1)
     try:
-        nodes = list(yaml.compose_all(text, Loader=_Loader))
+        nodes = list(yaml.compose_all(text, Loader=_Composer))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -147,7 +175,7 @@ def parse_file(source: SourceFile) -> LoadedFile:
             continue
         line, column = node.start_mark.line + 1, node.start_mark.column + 1
         try:
-            builder = _Builder(full=False)
+            builder = _Builder(full=False, aliases="&" in text)
             body = builder.build(node, "", 0)
         except YamlError as exc:
             problems.append(Problem(source.path, exc.line, "$", str(exc), exc.column))
@@ -168,7 +196,7 @@ def parse_file(source: SourceFile) -> LoadedFile:
         document = Document(source.path, index, line, column, body, builder.positions, builder.keys)
         found = check_document(document)
         if found:  # locate them precisely: build again recording every node's position
-            builder = _Builder(full=True)
+            builder = _Builder(full=True, aliases="&" in text)
             builder.build(node, "", 0)
             document = Document(
                 source.path, index, line, column, body, builder.positions, builder.keys
@@ -195,8 +223,11 @@ class _Builder:
     when ``full``, else only down to :data:`SHALLOW` (a clean file needs no more, and most
     files are clean)."""
 
-    def __init__(self, full: bool) -> None:
+    def __init__(self, full: bool, aliases: bool = True) -> None:
         self.full = full
+        #: whether the text may hold aliases (only after an anchor, ``&``): if not, no node is
+        #: met twice and the alias bookkeeping is skipped
+        self.aliases = aliases
         self.positions: dict[str, tuple[int, int]] = {}
         self.keys: dict[str, tuple[int, int]] = {}
         self._expanded = 0
@@ -205,7 +236,27 @@ class _Builder:
 
     def build(self, node: yaml.Node, path: str, depth: int) -> Any:
         """``path`` is the node's formatted JSON path (``spec.rules[0]``), built as the tree is
-        walked so every node costs one string, not a formatting of its whole path."""
+        walked so every node costs one string, not a formatting of its whole path; "" below
+        the depth where positions are recorded. The hot path of loading: kept lean."""
+        if self.aliases:
+            self._count(node)
+        if depth <= SHALLOW or self.full:
+            mark = node.start_mark
+            self.positions.setdefault(path, (mark.line + 1, mark.column + 1))
+        if isinstance(node, yaml.ScalarNode):
+            return _scalar(node)
+        kind = type(node)
+        if not self.aliases:
+            return self._collection(node, kind, path, depth)
+        ident = id(node)
+        self._active.add(ident)
+        try:
+            return self._collection(node, kind, path, depth)
+        finally:
+            self._active.discard(ident)
+
+    def _count(self, node: yaml.Node) -> None:
+        """Refuse a recursive alias, and aliases expanding past the bound."""
         ident = id(node)
         if ident in self._active:
             raise YamlError("a recursive alias is not allowed", *_mark(node))
@@ -216,37 +267,32 @@ class _Builder:
                     f"aliases expand to more than {MAX_ALIAS_NODES} nodes", *_mark(node)
                 )
         self._seen.add(ident)
-        if self.full or depth <= SHALLOW:
-            self.positions.setdefault(path, _mark(node))
-        if isinstance(node, yaml.ScalarNode):
-            return _scalar(node)
-        self._active.add(ident)
-        try:
-            if isinstance(node, yaml.SequenceNode):
-                return [
-                    self.build(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)
-                ]
-            return self._mapping(node, path, depth)
-        finally:
-            self._active.discard(ident)
 
-    def _mapping(self, node: yaml.Node, path: str, depth: int) -> dict[str, Any]:
-        recorded = self.full or depth < SHALLOW
+    def _collection(self, node: yaml.Node, kind: type, path: str, depth: int) -> Any:
+        recorded = depth < SHALLOW or self.full  # whether the members get positions
+        build = self.build
+        if kind is yaml.SequenceNode:
+            if recorded:
+                return [build(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)]
+            return [build(item, "", depth + 1) for item in node.value]
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                raise YamlError("merge keys (<<) are not supported", *_mark(key_node))
-            if not isinstance(key_node, yaml.ScalarNode):
+            if type(key_node) is not yaml.ScalarNode:
                 raise YamlError("a mapping key must be a plain value", *_mark(key_node))
             key = str(key_node.value)
+            if (key == "<<" or key_node.tag == _MERGE) and _tag(key_node) == _MERGE:
+                raise YamlError("merge keys (<<) are not supported", *_mark(key_node))
             if key in out:
                 raise YamlError(
                     f"duplicate key '{key}' in {path or 'the document'}", *_mark(key_node)
                 )
-            member = (f"{path}.{key}" if path else key) if recorded else ""
             if recorded:
-                self.keys.setdefault(member, _mark(key_node))
-            out[key] = self.build(value_node, member, depth + 1)
+                member = f"{path}.{key}" if path else key
+                mark = key_node.start_mark
+                self.keys.setdefault(member, (mark.line + 1, mark.column + 1))
+                out[key] = build(value_node, member, depth + 1)
+            else:
+                out[key] = build(value_node, "", depth + 1)
         return out
 
 
@@ -273,11 +319,26 @@ _PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 _BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 
 
+def _tag(node: yaml.ScalarNode) -> str:
+    """A scalar's core-schema tag: as PyYAML's resolver would give it, for plain scalars."""
+    tag = node.tag
+    if tag != _PLAIN:
+        return str(tag)
+    value = node.value
+    for resolved, pattern in _IMPLICIT.get(value[:1], ()):
+        if pattern.match(value):
+            return str(resolved)
+    return _STR
+
+
 def _scalar(node: yaml.ScalarNode) -> Any:
     """The core-schema value of a scalar; timestamps and binary stay the text written. The
     common forms are converted here; PyYAML's constructor handles the rest (0x1F, 1_000, .inf)
     at many times the cost."""
     tag, text = node.tag, node.value
+    if tag == _STR or (tag == _PLAIN and text[:1] not in _IMPLICIT):  # most values: text
+        return text
+    tag = _tag(node)
     if tag in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:timestamp"):
         return text
     if tag == "tag:yaml.org,2002:int" and _PLAIN_INT.fullmatch(text):
@@ -292,7 +353,8 @@ def _scalar(node: yaml.ScalarNode) -> Any:
         "tag:yaml.org,2002:bool",
         "tag:yaml.org,2002:null",
     ):
-        return _SCALARS.construct_object(node, deep=True)
+        typed = yaml.ScalarNode(tag, text, node.start_mark, node.end_mark, node.style)
+        return _SCALARS.construct_object(typed, deep=True)
     raise YamlError(f"the tag {tag} is not allowed here", *_mark(node))
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-
-import git
+from typing import TYPE_CHECKING
 
 from controller.load import SourceFile, is_document_path, read_directory
 from core.errors import AgentAuthError
+
+if TYPE_CHECKING:  # GitPython is imported by the functions that use it: plan and validate
+    import git  # of a plain directory never do, and it takes a tenth of a second
 
 
 class SourceError(AgentAuthError):
@@ -44,6 +46,8 @@ def content_hash(files: Sequence[SourceFile]) -> str:
 def revision_of(directory: Path, files: Sequence[SourceFile]) -> str:
     """The git commit when ``directory`` is inside a work tree and has no uncommitted change
     under it; with uncommitted changes, the commit plus a content hash; outside git, the hash."""
+    import git
+
     contents = content_hash(files)
     try:
         repo = git.Repo(directory, search_parent_directories=True)
@@ -61,6 +65,8 @@ def revision_of(directory: Path, files: Sequence[SourceFile]) -> str:
 
 
 def open_repository(path: Path) -> git.Repo:
+    import git
+
     try:
         return git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -74,6 +80,8 @@ def read_revision(
     the object database. Paths are relative to ``subdir``. A ``subdir`` missing at that
     revision is an error (applying "nothing" would prune every managed policy), unless
     ``missing_ok`` (the base of a diff that adds the folder)."""
+    import git
+
     try:
         commit = repo.commit(revision)
     except (git.BadName, git.BadObject, ValueError, git.GitCommandError):

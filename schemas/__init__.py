@@ -18,13 +18,13 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import unquote, urldefrag, urljoin
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError as SchemaError
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
+if TYPE_CHECKING:  # imported when first needed: most checks never need jsonschema (fast_check)
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError as SchemaError
+    from referencing import Registry
 
 #: Base URI the files are registered under; relative ``$ref``s resolve against it. Nothing is
 #: ever fetched: an unknown reference is an error, not a download.
@@ -70,6 +70,9 @@ def load_schema(file: str) -> dict[str, Any]:
 
 @cache
 def _registry() -> Registry[Any]:
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
     pairs = [
         (BASE_URI + name, Resource.from_contents(load_schema(name), DRAFT202012)) for name in FILES
     ]
@@ -79,6 +82,8 @@ def _registry() -> Registry[Any]:
 @cache
 def validator(ref: str) -> Draft202012Validator:
     """A validator for ``file.json#/$defs/name`` (compiled once per reference)."""
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator({"$ref": BASE_URI + ref}, registry=_registry())
 
 
