@@ -1,0 +1,47 @@
+"""Fixtures for the client SDK: a real ``agentauth serve`` (one per module, on a free port, on
+the run's database), and per test a workspace with an agent whose policies the test decides.
+Agents and policies are made through the in-process app on the same database; the SDK talks
+to the server over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import Tenant
+from tests.server import running_server
+
+#: the policies most tests use: calendar tools and small refunds allowed, the rest denied
+RULES: list[dict[str, Any]] = [
+    {"type": "tool_denylist", "tools": ["calendar.delete_*"]},
+    {
+        "type": "parameter_constraint",
+        "tools": ["payments.refund"],
+        "parameters": {"amount": {"min": 0, "max": 100}, "currency": {"enum": ["EUR", "USD"]}},
+    },
+    {"type": "tool_allowlist", "tools": ["calendar.*", "payments.refund", "echo", "add"]},
+]
+
+
+@pytest.fixture(scope="module")
+def service(database_url: str) -> Iterator[str]:
+    with running_server(database_url, workers=1, threads=4) as base:
+        yield base
+
+
+@pytest.fixture
+def agent_id(client: Any, admin_headers: dict[str, str]) -> str:
+    agent = client.post("/v1/agents", json={"name": "support-bot"}, headers=admin_headers)
+    assert agent.status_code == 201, agent.get_data(as_text=True)
+    body = {"agent_id": agent.json["id"], "name": "support-bot-tools", "rules": RULES}
+    policy = client.post("/v1/policies", json=body, headers=admin_headers)
+    assert policy.status_code == 201, policy.get_data(as_text=True)
+    return str(agent.json["id"])
+
+
+@pytest.fixture
+def api_key(workspace: Tenant) -> str:
+    """A read-only key: all an agent needs to ask for decisions."""
+    return workspace.key("read-only")

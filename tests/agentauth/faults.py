@@ -1,0 +1,59 @@
+"""Misbehaving stand-ins for the service on a real loopback socket: the client and the guard
+are exercised through their real HTTP stack, never mocked. Each server is stopped (and its
+thread joined) when the ``with`` block ends."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+#: how long the "slow" server holds a request at most (the test releases it sooner)
+HOLD_SECONDS = 30
+
+
+@contextmanager
+def faulty_service(
+    status: int = 200,
+    body: bytes = b"",
+    *,
+    headers: dict[str, str] | None = None,
+    hold: bool = False,
+) -> Iterator[tuple[str, list[bytes]]]:
+    """Yields (base URL, request bodies received). Every POST is answered ``status`` with
+    ``body``; with ``hold``, only after the test ends (so any client time-out fires first)."""
+    released = threading.Event()
+    received: list[bytes] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            received.append(self.rfile.read(length))
+            if hold:
+                released.wait(HOLD_SECONDS)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass  # the client gave up (time-out): nothing to answer
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        released.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=HOLD_SECONDS)

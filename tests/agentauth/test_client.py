@@ -1,0 +1,236 @@
+"""AuthzClient and AsyncAuthzClient against a real server: decisions with every field, the
+error classes for each kind of failure, and the key kept out of every text."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from datetime import date
+from decimal import Decimal
+from enum import StrEnum
+
+import httpx
+import pytest
+
+from agentauth import (
+    AsyncAuthzClient,
+    AuthzClient,
+    BadRequestError,
+    Decision,
+    RateLimitError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+)
+from tests.agentauth.faults import faulty_service
+from tests.server import free_port, running_server
+
+
+def test_an_allowed_call_carries_every_field_of_the_decision(service, api_key, agent_id):
+    with AuthzClient(service, api_key) as client:
+        decision = client.authorize(agent_id, "calendar.create", {"title": "standup"})
+    assert isinstance(decision, Decision)
+    assert decision.allowed is True
+    assert decision.outcome == "allowed"
+    assert decision.policy_id is not None
+    assert decision.rule_index == 2  # the allowlist, third rule of the policy
+    assert decision.audit_id
+    assert decision.latency_ms is not None
+    assert decision.latency_ms >= 0
+    assert decision.retry_after_seconds is None
+    assert decision.error is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decision.allowed = False  # type: ignore[misc]
+
+
+def test_a_denial_is_a_decision_not_an_error(service, api_key, agent_id):
+    with AuthzClient(service, api_key) as client:
+        denied = client.authorize(agent_id, "calendar.delete_all", {})
+        unknown_tool = client.authorize(agent_id, "shell.exec", {"cmd": "rm -rf /"})
+    assert (denied.allowed, denied.outcome, denied.rule_index) == (False, "denied", 0)
+    assert unknown_tool.allowed is False
+    assert unknown_tool.policy_id is None
+    assert "default deny" in unknown_tool.reason
+
+
+@pytest.mark.parametrize(
+    ("parameters", "allowed"),
+    [
+        ({"amount": 40, "currency": "EUR"}, True),
+        ({"amount": 400, "currency": "EUR"}, False),
+        ({"amount": 40, "currency": "GBP"}, False),
+        ({"amount": Decimal("99.50"), "currency": "USD"}, True),
+        ({"amount": Decimal("100.01"), "currency": "USD"}, False),
+    ],
+    ids=["within", "over-max", "currency-not-listed", "decimal-within", "decimal-over"],
+)
+def test_parameters_reach_the_decision(service, api_key, agent_id, parameters, allowed):
+    with AuthzClient(service, api_key) as client:
+        decision = client.authorize(agent_id, "payments.refund", parameters)
+    assert decision.allowed is allowed, decision.reason
+
+
+def test_parameters_are_sent_as_json_values():
+    class Tier(StrEnum):
+        GOLD = "gold"
+
+    @dataclasses.dataclass
+    class Order:
+        id: str
+        day: date
+
+    answer = json.dumps({"allowed": False, "outcome": "denied", "reason": "no"}).encode()
+    with (
+        faulty_service(200, answer) as (base, received),
+        AuthzClient(base, "svc_" + "a" * 32) as client,
+    ):
+        client.authorize(
+            "agent",
+            "tool",
+            {"tier": Tier.GOLD, "order": Order("o1", date(2026, 11, 21)), "ids": (1, 2)},
+        )
+    assert json.loads(received[0]) == {
+        "agent_id": "agent",
+        "tool_name": "tool",
+        "parameters": {"tier": "gold", "order": {"id": "o1", "day": "2026-11-21"}, "ids": [1, 2]},
+    }
+
+
+def test_parameters_without_a_json_form_are_refused_before_sending():
+    with (
+        faulty_service(200, b"{}") as (base, received),
+        AuthzClient(base, "svc_" + "a" * 32) as client,
+    ):
+        with pytest.raises(TypeError, match="has no JSON form"):
+            client.authorize("agent", "tool", {"when": object()})
+        with pytest.raises(TypeError, match="finite"):
+            client.authorize("agent", "tool", {"amount": float("nan")})
+    assert received == []
+
+
+async def _async_decision(base, key, agent, tool, parameters):
+    async with AsyncAuthzClient(base, key) as client:
+        return await client.authorize(agent, tool, parameters)
+
+
+@pytest.mark.anyio
+async def test_the_async_client_decides_the_same(service, api_key, agent_id):
+    allowed = await _async_decision(
+        service, api_key, agent_id, "payments.refund", {"amount": 5, "currency": "EUR"}
+    )
+    denied = await _async_decision(
+        service, api_key, agent_id, "payments.refund", {"amount": 500, "currency": "EUR"}
+    )
+    assert (allowed.allowed, denied.allowed) == (True, False)
+    assert denied.rule_index == 1
+
+
+def test_a_wrong_key_raises_unauthorized_without_echoing_it(service, agent_id, caplog):
+    wrong = "svc_" + "0" * 32
+    caplog.set_level(logging.DEBUG)
+    with AuthzClient(service, wrong) as client:
+        with pytest.raises(UnauthorizedError) as raised:
+            client.authorize(agent_id, "calendar.create", {})
+        assert wrong not in repr(client)
+    error = raised.value
+    assert (error.status_code, error.code) == (401, "UNAUTHORIZED")
+    for text in (str(error), repr(error), error.message, caplog.text):
+        assert wrong not in text
+        assert "0" * 32 not in text
+
+
+def test_a_malformed_request_raises_bad_request(service, api_key):
+    with AuthzClient(service, api_key) as client, pytest.raises(BadRequestError) as raised:
+        client.authorize("not-a-uuid", "calendar.create", {})
+    assert (raised.value.status_code, raised.value.code) == (400, "VALIDATION_ERROR")
+
+
+def test_the_rate_limit_raises_with_retry_after_ms(database_url, workspace, agent_id):
+    key = workspace.key("read-only")
+    with (
+        running_server(
+            database_url, workers=1, threads=2, env={"AGENTAUTH_RATE_LIMIT_PER_MINUTE": "2"}
+        ) as base,
+        AuthzClient(base, key) as client,
+    ):
+        client.authorize(agent_id, "calendar.create", {})
+        client.authorize(agent_id, "calendar.create", {})
+        with pytest.raises(RateLimitError) as raised:
+            client.authorize(agent_id, "calendar.create", {})
+    error = raised.value
+    assert (error.status_code, error.code) == (429, "RATE_LIMITED")
+    assert error.retry_after_ms is not None
+    assert 1_000 <= error.retry_after_ms <= 60_000
+    assert error.retry_after_ms % 1000 == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code"),
+    [
+        (500, b'{"error": {"code": "INTERNAL_ERROR", "message": "boom"}}', "INTERNAL_ERROR"),
+        (503, b"<html>bad gateway</html>", "UNAVAILABLE"),
+        (200, b"<html>not json</html>", "BAD_RESPONSE"),
+        (200, b'{"allowed": "true", "outcome": "allowed", "reason": "x"}', "BAD_RESPONSE"),
+        (200, b'{"allowed": 1, "outcome": "allowed", "reason": "x"}', "BAD_RESPONSE"),
+        (200, b'{"allowed": true, "outcome": "denied", "reason": "x"}', "BAD_RESPONSE"),
+        (200, b"[true]", "BAD_RESPONSE"),
+        (302, b"", "UNAVAILABLE"),
+    ],
+    ids=[
+        "500",
+        "503-html",
+        "200-html",
+        "allowed-string",
+        "allowed-one",
+        "disagreeing",
+        "array",
+        "redirect",
+    ],
+)
+def test_unusable_answers_raise_service_unavailable(status, body, code):
+    key = "svc_" + "b" * 32
+    location = {"Location": "http://127.0.0.1:1/"}
+    with (
+        faulty_service(status, body, headers=location) as (base, _),
+        AuthzClient(base, key) as client,
+        pytest.raises(ServiceUnavailableError) as raised,
+    ):
+        client.authorize("agent", "tool", {})
+    assert raised.value.code == code
+    assert key not in str(raised.value)
+
+
+def test_a_closed_port_and_a_time_out_raise_service_unavailable():
+    closed_port = f"http://127.0.0.1:{free_port()}"
+    with (
+        AuthzClient(closed_port, "svc_" + "c" * 32) as client,
+        pytest.raises(ServiceUnavailableError, match="cannot reach") as closed,
+    ):
+        client.authorize("agent", "tool", {})
+    assert closed.value.status_code is None
+    with faulty_service(hold=True) as (base, received):
+        with (
+            AuthzClient(base, "svc_" + "c" * 32, timeout=0.3) as client,
+            pytest.raises(ServiceUnavailableError, match="in time"),
+        ):
+            client.authorize("agent", "tool", {})
+        assert len(received) == 1  # the request did arrive: the answer was too late
+
+
+def test_bad_arguments_are_refused_at_once():
+    with pytest.raises(ValueError, match="base_url"):
+        AuthzClient("127.0.0.1:8080", "svc_x")
+    with pytest.raises(ValueError, match="api_key"):
+        AuthzClient("http://127.0.0.1:8080", "")
+    client = AuthzClient("http://127.0.0.1:1", "svc_" + "d" * 32)
+    with client, pytest.raises(TypeError, match="parameters"):
+        client.authorize("agent", "tool", ["not", "a", "mapping"])  # type: ignore[arg-type]
+
+
+def test_a_custom_transport_is_used():
+    """What users plug in for proxies or retries is honoured (here: a real socket again)."""
+    answer = json.dumps({"allowed": True, "outcome": "allowed", "reason": "ok"}).encode()
+    with faulty_service(200, answer) as (base, _):
+        transport = httpx.HTTPTransport(retries=1)
+        with AuthzClient(base, "svc_" + "e" * 32, transport=transport) as client:
+            assert client.authorize("agent", "tool").allowed is True

@@ -1,0 +1,174 @@
+"""A FastMCP server guarded in one line, driven by the mcp SDK's own in-memory client session:
+denied calls answer the exact denial text with isError, for plain and structured tools alike,
+and allowed calls answer exactly what the unguarded server answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from mcp.server.fastmcp import FastMCP
+from mcp.shared.memory import create_connected_server_and_client_session
+from pydantic import BaseModel
+
+from agentauth import AsyncAuthzClient, AuthzClient, Guard
+
+pytestmark = pytest.mark.anyio
+
+
+class Event(BaseModel):
+    title: str
+    attendees: int
+
+
+def build_server(ran: list[str]) -> FastMCP:
+    """The same tools every time: text, int and pydantic results; ``ran`` records the calls
+    that reached a tool."""
+    server = FastMCP("calendar")
+
+    @server.tool(name="calendar.create")
+    def create(title: str, attendees: int = 1) -> Event:
+        ran.append("calendar.create")
+        return Event(title=title, attendees=attendees)
+
+    @server.tool(name="calendar.delete_all")
+    def delete_all() -> str:
+        ran.append("calendar.delete_all")
+        return "deleted everything"
+
+    @server.tool()
+    async def echo(text: str) -> str:
+        ran.append("echo")
+        return text
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        ran.append("add")
+        return a + b
+
+    @server.tool(name="payments.refund")
+    def refund(amount: float, currency: str) -> str:
+        ran.append("payments.refund")
+        return f"refunded {amount} {currency}"
+
+    @server.tool()
+    def shell(cmd: str) -> str:
+        ran.append("shell")
+        return "ran " + cmd
+
+    return server
+
+
+async def call(server: FastMCP, tool: str, arguments: dict[str, Any]) -> Any:
+    async with create_connected_server_and_client_session(server._mcp_server) as session:
+        return await session.call_tool(tool, arguments)
+
+
+ALLOWED = [
+    ("calendar.create", {"title": "standup", "attendees": 3}),
+    ("echo", {"text": "hello"}),
+    ("add", {"a": 2, "b": 40}),
+    ("payments.refund", {"amount": 25, "currency": "EUR"}),
+]
+DENIED = [
+    ("calendar.delete_all", {}),
+    ("shell", {"cmd": "rm -rf /"}),
+    ("payments.refund", {"amount": 2500, "currency": "EUR"}),
+]
+
+CLIENTS: dict[str, Callable[[str, str], Any]] = {
+    "async-client": AsyncAuthzClient,
+    "sync-client": AuthzClient,
+}
+
+
+@pytest.mark.parametrize("client_kind", CLIENTS.values(), ids=CLIENTS.keys())
+@pytest.mark.parametrize(("tool", "arguments"), ALLOWED, ids=[t for t, _ in ALLOWED])
+async def test_allowed_calls_answer_as_the_unguarded_server(
+    service, api_key, agent_id, client_kind, tool, arguments
+):
+    plain_ran: list[str] = []
+    guarded_ran: list[str] = []
+    plain = build_server(plain_ran)
+    guarded = Guard(client_kind(service, api_key), agent_id).protect(build_server(guarded_ran))
+    expected = await call(plain, tool, arguments)
+    got = await call(guarded, tool, arguments)
+    assert got.isError is False
+    assert got.model_dump() == expected.model_dump()
+    assert guarded_ran == plain_ran == [tool]
+
+
+@pytest.mark.parametrize(("tool", "arguments"), DENIED, ids=[t for t, _ in DENIED])
+async def test_denied_calls_answer_the_exact_denial_and_never_run(
+    service, api_key, agent_id, tool, arguments
+):
+    ran: list[str] = []
+    client = AsyncAuthzClient(service, api_key)
+    server = Guard(client, agent_id).protect(build_server(ran))
+    result = await call(server, tool, arguments)
+    reason = (await client.authorize(agent_id, tool, arguments)).reason
+    assert result.isError is True
+    assert [(c.type, c.text) for c in result.content] == [
+        ("text", f"Authorization denied: {reason}")
+    ]
+    assert result.structuredContent is None
+    assert ran == []
+
+
+async def test_a_structured_tool_denied_still_answers_the_denial_text(
+    service, api_key, agent_id, client, admin_headers
+):
+    """calendar.create returns a pydantic model (an output schema); deny it with a policy of
+    higher priority and the MCP client still gets the plain denial, not a schema error."""
+    body = {
+        "agent_id": agent_id,
+        "name": "no-meetings-today",
+        "priority": 100,
+        "rules": [{"type": "tool_denylist", "tools": ["calendar.create"]}],
+    }
+    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    ran: list[str] = []
+    authz = AsyncAuthzClient(service, api_key)
+    server = Guard(authz, agent_id).protect(build_server(ran))
+    tools = {t.name: t for t in (await _list_tools(server))}
+    assert tools["calendar.create"].outputSchema is not None
+    arguments = {"title": "x", "attendees": 2}
+    result = await call(server, "calendar.create", arguments)
+    decision = await authz.authorize(agent_id, "calendar.create", arguments)
+    assert decision.allowed is False
+    assert decision.rule_index == 0
+    assert result.isError is True
+    assert [(c.type, c.text) for c in result.content] == [
+        ("text", f"Authorization denied: {decision.reason}")
+    ]
+    assert result.structuredContent is None
+    assert ran == []
+
+
+async def _list_tools(server: FastMCP) -> list[Any]:
+    async with create_connected_server_and_client_session(server._mcp_server) as session:
+        return list((await session.list_tools()).tools)
+
+
+async def test_an_unreachable_service_denies_every_tool_by_default(agent_id):
+    from tests.server import free_port
+
+    ran: list[str] = []
+    unreachable = AsyncAuthzClient(f"http://127.0.0.1:{free_port()}", "svc_" + "1" * 32)
+    server = Guard(unreachable, agent_id).protect(build_server(ran))
+    result = await call(server, "echo", {"text": "hi"})
+    assert result.isError is True
+    assert result.content[0].text.startswith(
+        "Authorization denied: authorization service unreachable"
+    )
+    assert ran == []
+
+
+async def test_protect_refuses_a_second_guard_and_other_objects(agent_id):
+    guard = Guard(AsyncAuthzClient("http://127.0.0.1:1", "svc_" + "2" * 32), agent_id)
+    server = guard.protect(build_server([]))
+    with pytest.raises(ValueError, match="already protected"):
+        guard.protect(server)
+    with pytest.raises(TypeError, match="FastMCP"):
+        guard.protect(object())
