@@ -6,13 +6,18 @@ but the sending: the request is built by :func:`_request_body`, and every answer
 
 from __future__ import annotations
 
+import email.utils
 import json
 import math
+import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
+import anyio
 import httpx
 
 from agentauth.errors import (
@@ -29,6 +34,11 @@ from agentauth.params import to_json
 #: every tool call, so a stuck service must not hang the agent for long
 DEFAULT_TIMEOUT = 5.0
 AUTHORIZE_PATH = "/v1/authorize"
+#: an answer longer than this is not a decision (a decision is a few hundred bytes)
+MAX_ANSWER_BYTES = 64 * 1024
+#: a reason longer than this is cut: it ends up in denial texts and logs
+MAX_REASON_CHARS = 1000
+_KEY = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: what a header can carry
 
 
 @dataclass(frozen=True)
@@ -65,14 +75,17 @@ class AuthzClient:
         *,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
+        trust_env: bool = False,
     ) -> None:
         self.base_url = _base_url(base_url)
+        self._deadline = _deadline(timeout)
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=_headers(api_key),
             timeout=timeout,
             transport=transport,
             follow_redirects=False,
+            trust_env=trust_env,
         )
 
     def authorize(
@@ -81,11 +94,21 @@ class AuthzClient:
         """May ``agent_id`` call ``tool_name`` with ``parameters``? A denial is a Decision,
         not an error; errors are raised as :mod:`agentauth.errors` says."""
         body = _request_body(agent_id, tool_name, parameters)
+        started = time.monotonic()
+        failure: ServiceUnavailableError | None = None
         try:
-            response = self._http.post(AUTHORIZE_PATH, content=body)
+            with self._http.stream("POST", AUTHORIZE_PATH, content=body) as response:
+                content, whole = bytearray(), True
+                for chunk in response.iter_bytes():
+                    content += chunk
+                    if not _in_bounds(content, started, self._deadline):
+                        whole = False
+                        break
         except httpx.HTTPError as exc:
-            raise _unreachable(exc, self.base_url) from None
-        return _read_answer(response.status_code, response.headers, response.content)
+            failure = _unreachable(exc, self.base_url)
+        if failure is not None:  # raised outside the except: no httpx error (nor key) behind it
+            raise failure
+        return _read_answer(response.status_code, response.headers, bytes(content), whole)
 
     def close(self) -> None:
         self._http.close()
@@ -116,14 +139,17 @@ class AsyncAuthzClient:
         *,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         transport: httpx.AsyncBaseTransport | None = None,
+        trust_env: bool = False,
     ) -> None:
         self.base_url = _base_url(base_url)
+        self._deadline = _deadline(timeout)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=_headers(api_key),
             timeout=timeout,
             transport=transport,
             follow_redirects=False,
+            trust_env=trust_env,
         )
 
     async def authorize(
@@ -131,11 +157,26 @@ class AsyncAuthzClient:
     ) -> Decision:
         """See :meth:`AuthzClient.authorize`."""
         body = _request_body(agent_id, tool_name, parameters)
+        started = time.monotonic()
+        failure: ServiceUnavailableError | None = None
         try:
-            response = await self._http.post(AUTHORIZE_PATH, content=body)
+            with anyio.fail_after(None if math.isinf(self._deadline) else self._deadline):
+                async with self._http.stream("POST", AUTHORIZE_PATH, content=body) as response:
+                    content, whole = bytearray(), True
+                    async for chunk in response.aiter_bytes():
+                        content += chunk
+                        if not _in_bounds(content, started, self._deadline):
+                            whole = False
+                            break
         except httpx.HTTPError as exc:
-            raise _unreachable(exc, self.base_url) from None
-        return _read_answer(response.status_code, response.headers, response.content)
+            failure = _unreachable(exc, self.base_url)
+        except TimeoutError:
+            failure = ServiceUnavailableError(
+                f"no answer from {self.base_url} within {self._deadline:g} s", code="UNAVAILABLE"
+            )
+        if failure is not None:  # raised outside the except: no httpx error (nor key) behind it
+            raise failure
+        return _read_answer(response.status_code, response.headers, bytes(content), whole)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -164,10 +205,25 @@ def _base_url(base_url: str) -> str:
     return base_url.rstrip("/")
 
 
+def _deadline(timeout: float | httpx.Timeout) -> float:
+    """Seconds a whole call may take: each phase (connect, write, read) has ``timeout``, and a
+    server that keeps trickling bytes is cut off once connect plus read time is spent (the
+    async client bounds the whole call so; the blocking one bounds reading the body)."""
+    if isinstance(timeout, httpx.Timeout):
+        phases = [t for t in (timeout.connect, timeout.read) if t is not None]
+        return sum(phases) if len(phases) == 2 else math.inf
+    return 2 * float(timeout)
+
+
+def _in_bounds(content: bytearray, started: float, deadline: float) -> bool:
+    """Whether to go on reading an answer: not past the size cap nor the deadline."""
+    return len(content) <= MAX_ANSWER_BYTES and time.monotonic() - started <= deadline
+
+
 def _headers(api_key: str) -> dict[str, str]:
     # the key itself is never echoed, here or anywhere else
-    if not isinstance(api_key, str) or not api_key or not api_key.isprintable():
-        raise ValueError("api_key must be a non-empty string of printable characters")
+    if not isinstance(api_key, str) or not _KEY.fullmatch(api_key):
+        raise ValueError("api_key must be a non-empty string of printable ASCII without spaces")
     return {
         "Authorization": f"Bearer {api_key}",
         "Content-Type": "application/json",
@@ -186,7 +242,10 @@ def _request_body(agent_id: str, tool_name: str, parameters: Mapping[str, Any] |
     if not isinstance(parameters, Mapping):
         raise TypeError("parameters must be a mapping of parameter names to values")
     payload = {"agent_id": agent_id, "tool_name": tool_name, "parameters": to_json(parameters)}
-    return json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
+    except (ValueError, RecursionError) as exc:  # an int past Python's digit limit, ...
+        raise TypeError(f"parameters cannot be written as JSON: {exc}") from None
 
 
 def _unreachable(exc: httpx.HTTPError, base_url: str) -> ServiceUnavailableError:
@@ -197,11 +256,15 @@ def _unreachable(exc: httpx.HTTPError, base_url: str) -> ServiceUnavailableError
     return ServiceUnavailableError(message, code="UNAVAILABLE")
 
 
-def _read_answer(status: int, headers: httpx.Headers, content: bytes) -> Decision:
+def _read_answer(status: int, headers: httpx.Headers, content: bytes, whole: bool) -> Decision:
+    """The decision in an answer, or the error its status means. ``whole`` is False when the
+    body was cut off (too long or too slow): the status still counts, a 200's body does not."""
     if status == 200:
+        if not whole:
+            raise _unreadable(f"was cut off (over {MAX_ANSWER_BYTES} bytes, or too slow)")
         return _decision(content)
     code, message = _error_body(content)
-    if status >= 500 or status < 400:
+    if status >= 500 or status == 408:
         raise ServiceUnavailableError(
             f"HTTP {status} from the service: {message or 'no message'}",
             code=code or "UNAVAILABLE",
@@ -219,27 +282,41 @@ def _read_answer(status: int, headers: httpx.Headers, content: bytes) -> Decisio
             status_code=status,
             retry_after_ms=_retry_after_ms(headers.get("Retry-After")),
         )
+    if status < 400:  # another 2xx, or a redirect: base_url points somewhere else
+        raise BadRequestError(
+            f"HTTP {status} is not an answer of the authorization endpoint: check base_url",
+            code="UNEXPECTED_STATUS",
+            status_code=status,
+        )
     raise BadRequestError(text, code=code or "BAD_REQUEST", status_code=status)
 
 
 def _decision(content: bytes) -> Decision:
-    """A 200's body as a Decision; anything that is not one is an unusable answer."""
-    try:
-        body = json.loads(content)
-    except ValueError:
-        body = None
+    """A 200's body as a Decision. ``allowed: false`` is a denial whatever else is wrong with
+    the body; ``allowed: true`` counts only in a well-formed decision; anything else is an
+    unusable answer."""
+    body = _json(content)
     if not isinstance(body, dict):
         raise _unreadable("is not a JSON object")
     allowed = body.get("allowed")
     if type(allowed) is not bool:  # only a real boolean counts: not "true", not 1
         raise _unreadable("has no boolean 'allowed'")
-    outcome, reason = body.get("outcome"), body.get("reason")
-    if not isinstance(outcome, str) or not isinstance(reason, str):
-        raise _unreadable("has no 'outcome' or 'reason' text")
-    if allowed != (outcome == "allowed"):
-        raise _unreadable("says 'allowed' and 'outcome' that disagree")
+    if not allowed:
+        return Decision(
+            allowed=False,
+            outcome="denied",
+            reason=_reason(body.get("reason")) or "denied by the authorization service",
+            policy_id=_loose(body, "policyId", str),
+            rule_index=_loose(body, "ruleIndex", int),
+            audit_id=_loose(body, "auditId", str),
+            latency_ms=_loose(body, "latencyMs", float),
+            retry_after_seconds=_loose(body, "retryAfterSeconds", int),
+        )
+    outcome, reason = body.get("outcome"), _reason(body.get("reason"))
+    if outcome != "allowed" or reason is None:
+        raise _unreadable("allows without outcome 'allowed' and a reason")
     return Decision(
-        allowed=allowed,
+        allowed=True,
         outcome=outcome,
         reason=reason,
         policy_id=_optional(body, "policyId", str),
@@ -248,6 +325,27 @@ def _decision(content: bytes) -> Decision:
         latency_ms=_optional(body, "latencyMs", float),
         retry_after_seconds=_optional(body, "retryAfterSeconds", int),
     )
+
+
+def _json(content: bytes) -> Any:
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested beyond the stack
+        return None
+
+
+def _reason(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    return value if len(value) <= MAX_REASON_CHARS else value[:MAX_REASON_CHARS] + "…"
+
+
+def _loose(body: dict[str, Any], name: str, kind: type) -> Any:
+    """A denial's optional field, or None when it is malformed."""
+    try:
+        return _optional(body, name, kind)
+    except ServiceUnavailableError:
+        return None
 
 
 def _optional(body: dict[str, Any], name: str, kind: type) -> Any:
@@ -269,23 +367,31 @@ def _unreadable(what: str) -> ServiceUnavailableError:
 
 def _error_body(content: bytes) -> tuple[str | None, str | None]:
     """``{"error": {"code", "message"}}`` when the body is one, else (None, None)."""
-    try:
-        error = json.loads(content).get("error")
-        code, message = error.get("code"), error.get("message")
-    except (ValueError, AttributeError):
+    body = _json(content)
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
         return None, None
+    code, message = error.get("code"), error.get("message")
     return (
-        code if isinstance(code, str) else None,
+        code[:100] if isinstance(code, str) else None,
         message[:500] if isinstance(message, str) else None,
     )
 
 
 def _retry_after_ms(value: str | None) -> int | None:
-    """``Retry-After`` in seconds (the service sends an integer) as milliseconds."""
+    """``Retry-After`` (seconds, or an HTTP date) as milliseconds from now."""
+    if value is None:
+        return None
     try:
-        seconds = float(value) if value is not None else math.nan
+        seconds = float(value)
     except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if not math.isfinite(seconds):
         return None
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return math.ceil(seconds * 1000)
+    return max(0, math.ceil(seconds * 1000))

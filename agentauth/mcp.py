@@ -1,13 +1,14 @@
 """Every tool of an MCP server behind the guard, in one call: ``guard.protect(mcp)``.
 
 For servers built on the official ``mcp`` Python SDK's ``FastMCP`` (``mcp`` 1.x, see the README
-for the versions tested). The guard takes the server's ``tools/call`` handler: each call is
+for the versions tested). The guard wraps the server's ``tools/call`` handler: each call is
 checked with the tool's name and the arguments exactly as the MCP client sent them, before the
 SDK validates or converts anything. A denied call answers ``isError: true`` with the text
 ``Authorization denied: <reason>`` (also for tools that declare a structured output: the
 denial is not run through the tool's output schema) and never reaches the tool; an allowed call
 goes to the SDK's own handler unchanged. Tools added after ``protect`` are guarded too: the
-check is per call, keyed by name.
+check is per call, keyed by name. ``server.call_tool`` (for code calling tools in-process) is
+guarded the same way.
 """
 
 from __future__ import annotations
@@ -37,16 +38,33 @@ def protect(server: Any, guard: Guard) -> Any:
         raise TypeError(f"protect() takes a FastMCP server, not {type(server).__name__}")
     if getattr(server, _MARK, None) is not None:
         raise ValueError("this server is already protected by a guard")
-    call_tool = server.call_tool  # the SDK's own: validation, conversion, structured output
+    handlers = server._mcp_server.request_handlers
+    handle_call = handlers.get(types.CallToolRequest)
+    if handle_call is None:
+        raise TypeError("this FastMCP server has no tools/call handler to guard")
 
-    async def guarded_call_tool(name: str, arguments: dict[str, Any] | None) -> Any:
+    def denial(reason: str) -> types.CallToolResult:
+        text = types.TextContent(type="text", text=DENIED_PREFIX + reason)
+        return types.CallToolResult(content=[text], isError=True)
+
+    async def guarded_request(request: types.CallToolRequest) -> Any:
+        params = request.params
+        decision = await guard.check_async(params.name, params.arguments or {})
+        if not decision.allowed:
+            return types.ServerResult(denial(decision.reason))
+        return await handle_call(request)  # the SDK's own: validation, conversion, output
+
+    call_tool = server.call_tool
+
+    async def guarded_call_tool(name: str, arguments: dict[str, Any]) -> Any:
+        """The same check for code that calls ``server.call_tool`` directly."""
         decision = await guard.check_async(name, arguments or {})
         if not decision.allowed:
-            text = types.TextContent(type="text", text=DENIED_PREFIX + decision.reason)
-            return types.CallToolResult(content=[text], isError=True)
-        return await call_tool(name, arguments or {})
+            return denial(decision.reason)
+        return await call_tool(name, arguments)
 
-    # FastMCP registered its call_tool with this same decorator and these options
-    server._mcp_server.call_tool(validate_input=False)(guarded_call_tool)
+    # wrapping the registered handler keeps whatever options FastMCP registered it with
+    handlers[types.CallToolRequest] = guarded_request
+    server.call_tool = guarded_call_tool  # type: ignore[method-assign]
     setattr(server, _MARK, guard)
     return server

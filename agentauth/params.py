@@ -62,4 +62,4 @@ def _convert(value: Any, where: str, depth: int) -> Any:
     dump = getattr(value, "model_dump", None)  # pydantic v2 models, without importing pydantic
     if callable(dump) and not isinstance(value, type):
         return _convert(dump(mode="json"), where, depth + 1)
-    raise TypeError(f"{where} is a {type(value).__name__}, which has no JSON form")
+    raise TypeError(f"{where} is of type {type(value).__name__}, which has no JSON form")

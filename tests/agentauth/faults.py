@@ -20,9 +20,12 @@ def faulty_service(
     *,
     headers: dict[str, str] | None = None,
     hold: bool = False,
+    trickle: bool = False,
 ) -> Iterator[tuple[str, list[bytes]]]:
     """Yields (base URL, request bodies received). Every POST is answered ``status`` with
-    ``body``; with ``hold``, only after the test ends (so any client time-out fires first)."""
+    ``body``; with ``hold``, only after the test ends (so any client time-out fires first);
+    with ``trickle``, the body a byte every 50 ms (each read arrives well within any per-read
+    time-out, the whole body never within a call's deadline)."""
     released = threading.Event()
     received: list[bytes] = []
 
@@ -39,7 +42,13 @@ def faulty_service(
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(body)
+                if not trickle:
+                    self.wfile.write(body)
+                for byte in body if trickle else b"":
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    if released.wait(0.05):  # pacing the fault; the test's end stops it
+                        return
             except OSError:
                 pass  # the client gave up (time-out): nothing to answer
 

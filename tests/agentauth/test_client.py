@@ -145,18 +145,21 @@ def test_a_malformed_request_raises_bad_request(service, api_key):
     assert (raised.value.status_code, raised.value.code) == (400, "VALIDATION_ERROR")
 
 
+def _until_refused(client: AuthzClient, agent_id: str, attempts: int) -> None:
+    for _ in range(attempts):
+        client.authorize(agent_id, "calendar.create", {})
+
+
 def test_the_rate_limit_raises_with_retry_after_ms(database_url, workspace, agent_id):
     key = workspace.key("read-only")
+    env = {"AGENTAUTH_RATE_LIMIT_PER_MINUTE": "2"}
+    # 2 a minute: within 5 calls one is refused, even if the calls straddle a new minute
     with (
-        running_server(
-            database_url, workers=1, threads=2, env={"AGENTAUTH_RATE_LIMIT_PER_MINUTE": "2"}
-        ) as base,
+        running_server(database_url, workers=1, threads=2, env=env) as base,
         AuthzClient(base, key) as client,
+        pytest.raises(RateLimitError) as raised,
     ):
-        client.authorize(agent_id, "calendar.create", {})
-        client.authorize(agent_id, "calendar.create", {})
-        with pytest.raises(RateLimitError) as raised:
-            client.authorize(agent_id, "calendar.create", {})
+        _until_refused(client, agent_id, 5)
     error = raised.value
     assert (error.status_code, error.code) == (429, "RATE_LIMITED")
     assert error.retry_after_ms is not None
@@ -173,8 +176,15 @@ def test_the_rate_limit_raises_with_retry_after_ms(database_url, workspace, agen
         (200, b'{"allowed": "true", "outcome": "allowed", "reason": "x"}', "BAD_RESPONSE"),
         (200, b'{"allowed": 1, "outcome": "allowed", "reason": "x"}', "BAD_RESPONSE"),
         (200, b'{"allowed": true, "outcome": "denied", "reason": "x"}', "BAD_RESPONSE"),
+        (
+            200,
+            b'{"allowed": true, "outcome": "allowed", "reason": "x", "latencyMs": "1"}',
+            "BAD_RESPONSE",
+        ),
         (200, b"[true]", "BAD_RESPONSE"),
-        (302, b"", "UNAVAILABLE"),
+        (200, b"[" * 100_000, "BAD_RESPONSE"),
+        (200, b" " * 100_000 + b"{}", "BAD_RESPONSE"),
+        (408, b"", "UNAVAILABLE"),
     ],
     ids=[
         "500",
@@ -183,8 +193,11 @@ def test_the_rate_limit_raises_with_retry_after_ms(database_url, workspace, agen
         "allowed-string",
         "allowed-one",
         "disagreeing",
+        "allowed-bad-field",
         "array",
-        "redirect",
+        "nested-deep",
+        "over-64-KiB",
+        "408",
     ],
 )
 def test_unusable_answers_raise_service_unavailable(status, body, code):
@@ -217,11 +230,38 @@ def test_a_closed_port_and_a_time_out_raise_service_unavailable():
         assert len(received) == 1  # the request did arrive: the answer was too late
 
 
+@pytest.mark.parametrize("status", [302, 204, 404])
+def test_answers_that_are_not_the_endpoints_raise_bad_request(status):
+    headers = {"Location": "https://127.0.0.1:1/v1/authorize"}
+    with (
+        faulty_service(status, b"", headers=headers) as (base, _),
+        AuthzClient(base, "svc_" + "a" * 32) as client,
+        pytest.raises(BadRequestError) as raised,
+    ):
+        client.authorize("agent", "tool", {})
+    assert raised.value.status_code == status
+
+
+def test_a_denial_counts_whatever_else_is_wrong_with_its_body():
+    answer = b'{"allowed": false, "ruleIndex": "first", "reason": 7}'
+    with faulty_service(200, answer) as (base, _), AuthzClient(base, "svc_" + "a" * 32) as client:
+        decision = client.authorize("agent", "tool", {})
+    assert (decision.allowed, decision.outcome, decision.rule_index) == (False, "denied", None)
+
+
+@pytest.mark.parametrize(
+    "key", [" svc_" + "1" * 32, "svc_" + "1" * 32 + "\n", "svc_ü" + "1" * 31, ""]
+)
+def test_bad_keys_are_refused_at_once_without_echoing_them(key):
+    with pytest.raises(ValueError, match="api_key") as raised:
+        AuthzClient("http://127.0.0.1:8080", key)
+    assert "1" * 31 not in str(raised.value)
+    assert raised.value.__context__ is None
+
+
 def test_bad_arguments_are_refused_at_once():
     with pytest.raises(ValueError, match="base_url"):
         AuthzClient("127.0.0.1:8080", "svc_x")
-    with pytest.raises(ValueError, match="api_key"):
-        AuthzClient("http://127.0.0.1:8080", "")
     client = AuthzClient("http://127.0.0.1:1", "svc_" + "d" * 32)
     with client, pytest.raises(TypeError, match="parameters"):
         client.authorize("agent", "tool", ["not", "a", "mapping"])  # type: ignore[arg-type]

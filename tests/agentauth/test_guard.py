@@ -4,7 +4,10 @@ runs only on an allow, and what each failure means with on_error "deny" and "all
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
+import anyio
 import pytest
 
 from agentauth import AsyncAuthzClient, AuthzClient, Guard, denied_result
@@ -112,40 +115,75 @@ FAULTS = {
     # name: (status, body, headers, hold)
     "500": (500, b'{"error": {"code": "INTERNAL_ERROR", "message": "boom"}}', {}, False),
     "garbage": (200, b"\x00\xffnot json at all", {}, False),
+    "deep-json": (200, b"[" * 100_000, {}, False),
+    "huge-200": (200, b" " * 100_000 + b'{"allowed": true}', {}, False),
     "time-out": (200, b"", {}, True),
     "401": (401, b'{"error": {"code": "UNAUTHORIZED", "message": "invalid API key"}}', {}, False),
+    "401-huge": (401, b"x" * 200_000, {}, False),
     "403": (403, b'{"error": {"code": "INSUFFICIENT_SCOPE", "message": "no"}}', {}, False),
     "400": (400, b'{"error": {"code": "VALIDATION_ERROR", "message": "bad"}}', {}, False),
+    "404": (404, b'{"error": {"code": "NOT_FOUND", "message": "no such route"}}', {}, False),
+    "302": (302, b"", {"Location": "https://127.0.0.1:1/v1/authorize"}, False),
+    "204": (204, b"", {}, False),
     "429": (
         429,
         b'{"error": {"code": "RATE_LIMITED", "message": "slow down"}}',
         {"Retry-After": "7"},
         False,
     ),
+    "denied-but-malformed": (
+        200,
+        b'{"allowed": false, "latencyMs": "3", "ruleIndex": 1.5}',
+        {},
+        False,
+    ),
 }
-UNREACHABLE = {"closed-port", "500", "garbage", "time-out"}
+UNREACHABLE = {"closed-port", "500", "garbage", "deep-json", "huge-200", "time-out"}
+REFUSED_CODES = {
+    "401": "UNAUTHORIZED",
+    "401-huge": "HTTP 401",
+    "403": "INSUFFICIENT_SCOPE",
+    "400": "VALIDATION_ERROR",
+    "404": "NOT_FOUND",
+    "302": "UNEXPECTED_STATUS",
+    "204": "UNEXPECTED_STATUS",
+}
 
 
-def _guarded_call(base: str, on_error: str) -> tuple[object, Calls]:
+def _guarded_call(
+    base: str, on_error: str, asynchronous: bool, timeout: float
+) -> tuple[object, Calls]:
     calls = Calls()
-    guard = Guard(AuthzClient(base, KEY, timeout=0.3), "agent", on_error=on_error)  # type: ignore[arg-type]
+    kind = AsyncAuthzClient if asynchronous else AuthzClient
+    guard = Guard(kind(base, KEY, timeout=timeout), "agent", on_error=on_error)  # type: ignore[arg-type]
+    if not asynchronous:
+
+        @guard.tool("calendar.create")
+        def create(title: str) -> str:
+            return calls("create", title=title)
+
+        return create("standup"), calls
 
     @guard.tool("calendar.create")
-    def create(title: str) -> str:
+    async def create_async(title: str) -> str:
         return calls("create", title=title)
 
-    return create("standup"), calls
+    return anyio.run(create_async, "standup"), calls
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("on_error", ["deny", "allow"])
 @pytest.mark.parametrize("fault", ["closed-port", *FAULTS])
-def test_failures_deny_unless_unreachable_and_on_error_allows(fault, on_error):
+def test_failures_deny_unless_unreachable_and_on_error_allows(fault, on_error, asynchronous):
+    timeout = 0.3 if fault == "time-out" else 10.0  # only the hold must outlast the client
     if fault == "closed-port":
-        result, calls = _guarded_call(f"http://127.0.0.1:{free_port()}", on_error)
+        result, calls = _guarded_call(
+            f"http://127.0.0.1:{free_port()}", on_error, asynchronous, timeout
+        )
     else:
         status, body, headers, hold = FAULTS[fault]
         with faulty_service(status, body, headers=headers, hold=hold) as (base, _):
-            result, calls = _guarded_call(base, on_error)
+            result, calls = _guarded_call(base, on_error, asynchronous, timeout)
     runs = fault in UNREACHABLE and on_error == "allow"
     assert (calls.seen != []) is runs
     if runs:
@@ -156,16 +194,83 @@ def test_failures_deny_unless_unreachable_and_on_error_allows(fault, on_error):
     text = result["content"][0]["text"]
     assert text.startswith("Authorization denied: ")
     assert KEY not in text
+    assert len(text) < 2_000
     if fault in UNREACHABLE:
         assert "authorization service unreachable" in text
     elif fault == "429":
         assert "retry in 7 s" in text
+    elif fault == "denied-but-malformed":
+        assert text == "Authorization denied: denied by the authorization service"
     else:
-        assert FAULTS[fault][1].decode().split('"code": "')[1].split('"')[0] in text
+        assert REFUSED_CODES[fault] in text
 
 
-def test_on_error_allow_still_reports_why(service, agent_id):
-    guard = Guard(AuthzClient(f"http://127.0.0.1:{free_port()}", KEY), agent_id, on_error="allow")
+def test_a_body_trickled_past_the_deadline_counts_as_unreachable():
+    body = json.dumps({"allowed": True, "outcome": "allowed", "reason": "x" * 400}).encode()
+    with faulty_service(200, body, trickle=True) as (base, _):
+        guard = Guard(AuthzClient(base, KEY, timeout=0.5), "agent")
+        decision = guard.check("calendar.create", {})
+    assert decision.allowed is False
+    assert "authorization service unreachable" in decision.reason
+
+
+def test_retry_after_as_an_http_date_gives_the_wait():
+    when = datetime.now(UTC) + timedelta(seconds=90)
+    headers = {"Retry-After": format_datetime(when, usegmt=True)}
+    with faulty_service(429, b"{}", headers=headers) as (base, _):
+        decision = Guard(AuthzClient(base, KEY), "agent").check("calendar.create", {})
+    assert decision.allowed is False
+    assert decision.retry_after_seconds is not None
+    assert 60 <= decision.retry_after_seconds <= 91
+
+
+def test_a_kwargs_name_repeating_a_parameter_is_denied_without_asking():
+    calls = Calls()
+    answer = json.dumps({"allowed": True, "outcome": "allowed", "reason": "ok"}).encode()
+    with faulty_service(200, answer) as (base, received):
+        guard = Guard(AuthzClient(base, KEY), "agent")
+
+        @guard.tool("payments.refund")
+        def refund(amount: int, /, **extra: object) -> str:
+            return calls("refund", amount=amount)
+
+        result = refund(1000, amount=5)
+    assert calls.seen == []
+    assert received == []
+    assert "cannot be checked" in result["content"][0]["text"]
+
+
+def test_cls_of_a_plain_function_is_a_parameter_like_any_other():
+    answer = json.dumps({"allowed": True, "outcome": "allowed", "reason": "ok"}).encode()
+    with faulty_service(200, answer) as (base, received):
+        guard = Guard(AuthzClient(base, KEY), "agent")
+
+        @guard.tool("classify")
+        def classify(cls: str, amount: int) -> str:
+            return cls
+
+        classify("gold", 5)
+    assert json.loads(received[0])["parameters"] == {"cls": "gold", "amount": 5}
+
+
+def test_the_decision_keeps_no_exception_chain_nor_frames():
+    guard = Guard(AuthzClient(f"http://127.0.0.1:{free_port()}", KEY), "agent", on_error="allow")
+    decision = guard.check("calendar.create", {})
+    assert decision.error is not None
+    assert decision.error.__context__ is None
+    assert decision.error.__cause__ is None
+    assert decision.error.__traceback__ is None
+
+
+def test_a_number_past_pythons_digit_limit_is_denied_not_raised():
+    guard = Guard(AuthzClient(f"http://127.0.0.1:{free_port()}", KEY), "agent", on_error="allow")
+    decision = guard.check("calendar.create", {"n": 10**5000})
+    assert decision.allowed is False
+    assert "INVALID_PARAMETERS" in decision.reason
+
+
+def test_on_error_allow_still_reports_why():
+    guard = Guard(AuthzClient(f"http://127.0.0.1:{free_port()}", KEY), "agent", on_error="allow")
     decision = guard.check("calendar.create", {})
     assert decision.allowed is True
     assert decision.error is not None
@@ -183,7 +288,7 @@ def test_parameters_without_a_json_form_deny_whatever_on_error_says():
 
     result = write(object())
     assert calls.seen == []
-    assert "cannot be sent for authorization" in result["content"][0]["text"]
+    assert "cannot be checked (INVALID_PARAMETERS)" in result["content"][0]["text"]
 
 
 def test_misuse_is_refused_when_the_guard_is_made():
@@ -199,3 +304,11 @@ def test_misuse_is_refused_when_the_guard_is_made():
     with pytest.raises(TypeError, match="check_async"):
         guard.check("tool", {})
     assert KEY not in repr(guard)
+    with pytest.raises(TypeError, match="generator"):
+
+        @guard.tool()
+        async def stream():  # type: ignore[no-untyped-def]
+            yield 1
+
+    with pytest.raises(TypeError, match="below @staticmethod"):
+        guard.tool("x")(staticmethod(lambda: None))  # type: ignore[arg-type]

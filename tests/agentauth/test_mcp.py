@@ -172,3 +172,31 @@ async def test_protect_refuses_a_second_guard_and_other_objects(agent_id):
         guard.protect(server)
     with pytest.raises(TypeError, match="FastMCP"):
         guard.protect(object())
+
+
+async def test_a_refused_key_denies_every_tool_even_with_on_error_allow(agent_id):
+    from tests.agentauth.faults import faulty_service
+
+    ran: list[str] = []
+    refusal = b'{"error": {"code": "UNAUTHORIZED", "message": "invalid API key"}}'
+    with faulty_service(401, refusal) as (base, received):
+        guard = Guard(AsyncAuthzClient(base, "svc_" + "3" * 32), agent_id, on_error="allow")
+        server = guard.protect(build_server(ran))
+        result = await call(server, "echo", {"text": "hi"})
+    assert len(received) == 1
+    assert result.isError is True
+    assert result.content[0].text.startswith(
+        "Authorization denied: the authorization service refused"
+    )
+    assert ran == []
+
+
+async def test_calling_a_tool_in_process_is_guarded_too(service, api_key, agent_id):
+    ran: list[str] = []
+    server = Guard(AsyncAuthzClient(service, api_key), agent_id).protect(build_server(ran))
+    denied = await server.call_tool("shell", {"cmd": "id"})
+    allowed = await server.call_tool("echo", {"text": "hi"})
+    assert denied.isError is True
+    assert denied.content[0].text.startswith("Authorization denied: ")
+    assert ran == ["echo"]
+    assert allowed is not None
