@@ -60,6 +60,35 @@ class Decision:
     error: AuthzError | None = None
 
 
+def _client_options(
+    base_url: str, api_key: str, timeout: float | httpx.Timeout, trust_env: bool
+) -> dict[str, Any]:
+    """What both clients give their httpx client (checked here, once)."""
+    return {
+        "base_url": _base_url(base_url),
+        "headers": _headers(api_key),
+        "timeout": timeout,
+        "follow_redirects": False,
+        "trust_env": trust_env,
+    }
+
+
+class _Answer:
+    """The body of an answer as it arrives, read up to the size cap and the call's deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        self.content = bytearray()
+        self.whole = True
+        self._started, self._deadline = time.monotonic(), deadline
+
+    def add(self, chunk: bytes) -> bool:
+        """Take a chunk; False when reading must stop (the answer is then not ``whole``)."""
+        self.content += chunk
+        late = time.monotonic() - self._started > self._deadline
+        self.whole = len(self.content) <= MAX_ANSWER_BYTES and not late
+        return self.whole
+
+
 class AuthzClient:
     """A blocking client: ``AuthzClient(base_url, api_key).authorize(agent, tool, params)``.
 
@@ -77,16 +106,10 @@ class AuthzClient:
         transport: httpx.BaseTransport | None = None,
         trust_env: bool = False,
     ) -> None:
-        self.base_url = _base_url(base_url)
+        options = _client_options(base_url, api_key, timeout, trust_env)
+        self.base_url: str = options["base_url"]
         self._deadline = _deadline(timeout)
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers=_headers(api_key),
-            timeout=timeout,
-            transport=transport,
-            follow_redirects=False,
-            trust_env=trust_env,
-        )
+        self._http = httpx.Client(transport=transport, **options)
 
     def authorize(
         self, agent_id: str, tool_name: str, parameters: Mapping[str, Any] | None = None
@@ -94,21 +117,18 @@ class AuthzClient:
         """May ``agent_id`` call ``tool_name`` with ``parameters``? A denial is a Decision,
         not an error; errors are raised as :mod:`agentauth.errors` says."""
         body = _request_body(agent_id, tool_name, parameters)
-        started = time.monotonic()
+        answer = _Answer(self._deadline)
         failure: ServiceUnavailableError | None = None
         try:
             with self._http.stream("POST", AUTHORIZE_PATH, content=body) as response:
-                content, whole = bytearray(), True
                 for chunk in response.iter_bytes():
-                    content += chunk
-                    if not _in_bounds(content, started, self._deadline):
-                        whole = False
+                    if not answer.add(chunk):
                         break
         except httpx.HTTPError as exc:
             failure = _unreachable(exc, self.base_url)
         if failure is not None:  # raised outside the except: no httpx error (nor key) behind it
             raise failure
-        return _read_answer(response.status_code, response.headers, bytes(content), whole)
+        return _read_answer(response.status_code, response.headers, answer)
 
     def close(self) -> None:
         self._http.close()
@@ -124,7 +144,7 @@ class AuthzClient:
     ) -> None:
         self.close()
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # never the key
         return f"AuthzClient(base_url={self.base_url!r})"
 
 
@@ -141,32 +161,23 @@ class AsyncAuthzClient:
         transport: httpx.AsyncBaseTransport | None = None,
         trust_env: bool = False,
     ) -> None:
-        self.base_url = _base_url(base_url)
+        options = _client_options(base_url, api_key, timeout, trust_env)
+        self.base_url: str = options["base_url"]
         self._deadline = _deadline(timeout)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=_headers(api_key),
-            timeout=timeout,
-            transport=transport,
-            follow_redirects=False,
-            trust_env=trust_env,
-        )
+        self._http = httpx.AsyncClient(transport=transport, **options)
 
     async def authorize(
         self, agent_id: str, tool_name: str, parameters: Mapping[str, Any] | None = None
     ) -> Decision:
         """See :meth:`AuthzClient.authorize`."""
         body = _request_body(agent_id, tool_name, parameters)
-        started = time.monotonic()
+        answer = _Answer(self._deadline)
         failure: ServiceUnavailableError | None = None
         try:
             with anyio.fail_after(None if math.isinf(self._deadline) else self._deadline):
                 async with self._http.stream("POST", AUTHORIZE_PATH, content=body) as response:
-                    content, whole = bytearray(), True
                     async for chunk in response.aiter_bytes():
-                        content += chunk
-                        if not _in_bounds(content, started, self._deadline):
-                            whole = False
+                        if not answer.add(chunk):
                             break
         except httpx.HTTPError as exc:
             failure = _unreachable(exc, self.base_url)
@@ -176,7 +187,7 @@ class AsyncAuthzClient:
             )
         if failure is not None:  # raised outside the except: no httpx error (nor key) behind it
             raise failure
-        return _read_answer(response.status_code, response.headers, bytes(content), whole)
+        return _read_answer(response.status_code, response.headers, answer)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -215,11 +226,6 @@ def _deadline(timeout: float | httpx.Timeout) -> float:
     return 2 * float(timeout)
 
 
-def _in_bounds(content: bytearray, started: float, deadline: float) -> bool:
-    """Whether to go on reading an answer: not past the size cap nor the deadline."""
-    return len(content) <= MAX_ANSWER_BYTES and time.monotonic() - started <= deadline
-
-
 def _headers(api_key: str) -> dict[str, str]:
     # the key itself is never echoed, here or anywhere else
     if not isinstance(api_key, str) or not _KEY.fullmatch(api_key):
@@ -256,11 +262,12 @@ def _unreachable(exc: httpx.HTTPError, base_url: str) -> ServiceUnavailableError
     return ServiceUnavailableError(message, code="UNAVAILABLE")
 
 
-def _read_answer(status: int, headers: httpx.Headers, content: bytes, whole: bool) -> Decision:
-    """The decision in an answer, or the error its status means. ``whole`` is False when the
-    body was cut off (too long or too slow): the status still counts, a 200's body does not."""
+def _read_answer(status: int, headers: httpx.Headers, answer: _Answer) -> Decision:
+    """The decision in an answer, or the error its status means. A body cut off (too long or
+    too slow) still has its status counted; a 200's cut-off body is no decision."""
+    content = bytes(answer.content)
     if status == 200:
-        if not whole:
+        if not answer.whole:
             raise _unreadable(f"was cut off (over {MAX_ANSWER_BYTES} bytes, or too slow)")
         return _decision(content)
     code, message = _error_body(content)
