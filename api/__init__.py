@@ -24,6 +24,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         authorize,
         errors,
         meta,
+        observe,
         policies,
         sync_status,
     )
@@ -37,6 +38,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         settings, Database(settings), clock or utc_now, PolicyCache()
     )
     errors.register(app)
+    observe.register(app)
     auth.register(app)
     for module in (meta, authorize, agents, policies, api_keys, audit_logs, sync_status):
         app.register_blueprint(module.bp)

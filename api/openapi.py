@@ -209,6 +209,16 @@ def document() -> dict[str, Any]:
             "responses": {"200": {"description": "alive"}},
         }
     }
+    paths["/readyz"] = {
+        "get": {
+            "summary": "readiness: the database answers and its schema is current",
+            "security": [],
+            "responses": {
+                "200": _json({"type": "object"}, "ready"),
+                "503": _json(ref("common.error"), "not ready (NOT_READY)"),
+            },
+        }
+    }
     return {
         "openapi": "3.1.0",
         "info": {

@@ -24,7 +24,9 @@ class _Server(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         from api import create_app
+        from api.observe import configure_logging
 
+        configure_logging()
         return create_app(self.settings)
 
 

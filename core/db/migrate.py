@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -37,7 +39,17 @@ def upgrade(db: Database, revision: str = "head") -> None:
 
 
 def is_current(db: Database) -> bool:
-    """Whether the schema is at the newest migration."""
-    head = ScriptDirectory.from_config(_config()).get_current_head()
-    with db.engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision() == head
+    """Whether the schema is at the newest migration; StorageError when the database cannot
+    be asked."""
+    try:
+        with db.engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    except SQLAlchemyError as exc:
+        raise StorageError(f"the database cannot be reached: {exc.__class__.__name__}") from exc
+    return current == head_revision()
+
+
+@cache
+def head_revision() -> str | None:
+    """The newest migration this code knows (read from the migration scripts once)."""
+    return ScriptDirectory.from_config(_config()).get_current_head()

@@ -1,0 +1,76 @@
+"""What operators see of each request: a request id and one JSON log line.
+
+Every response carries ``X-Request-Id``: the caller's own when it sent a sane one (1 to 128
+characters of ``A-Z a-z 0-9 . _ : -``), else a new one; the same id is in the request's log
+line, so a client's report can be found in the logs. One line per request on the
+``agentauth.access`` logger, a JSON object: time, level, request id, method, path (never the
+query string, nor any header), status, duration in ms, and the caller's workspace and key id
+once authenticated (the key's id, never the key). ``agentauth serve`` writes these lines to
+standard error (:func:`configure_logging`). Registered by ``create_app``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+
+from flask import Flask, Response, g, request
+
+from core.keys import Principal
+
+HEADER = "X-Request-Id"
+_SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+access = logging.getLogger("agentauth.access")
+
+
+def begin_request() -> None:
+    offered = request.headers.get(HEADER, "")
+    g.request_id = offered if _SANE.fullmatch(offered) else uuid.uuid4().hex
+    g.started = time.perf_counter()
+
+
+def finish_request(response: Response) -> Response:
+    request_id: str = g.get("request_id") or uuid.uuid4().hex
+    response.headers[HEADER] = request_id
+    if access.isEnabledFor(logging.INFO):
+        access.log(logging.ERROR if response.status_code >= 500 else logging.INFO, _line(response))
+    return response
+
+
+def _line(response: Response) -> str:
+    caller: Principal | None = g.get("principal")
+    started: float | None = g.get("started")
+    record = {
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "level": "error" if response.status_code >= 500 else "info",
+        "request_id": g.get("request_id"),
+        "method": request.method,
+        "path": request.path,
+        "status": response.status_code,
+        "duration_ms": None if started is None else round((time.perf_counter() - started) * 1e3, 3),
+        "workspace": caller.workspace_id if caller else None,
+        "key_id": caller.key_id if caller else None,
+    }
+    return json.dumps(record, separators=(",", ":"))
+
+
+def configure_logging() -> None:
+    """Access lines, as they are, to standard error (each is already a JSON object)."""
+    if any(getattr(h, "_agentauth", False) for h in access.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler._agentauth = True  # type: ignore[attr-defined]
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+
+
+def register(app: Flask) -> None:
+    app.before_request(begin_request)
+    app.after_request(finish_request)  # registered first, so it runs last: sees the final status
