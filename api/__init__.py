@@ -24,6 +24,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         authorize,
         errors,
         meta,
+        metrics,
         observe,
         policies,
         sync_status,
@@ -40,6 +41,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     errors.register(app)
     observe.register(app)
     auth.register(app)
-    for module in (meta, authorize, agents, policies, api_keys, audit_logs, sync_status):
+    for module in (meta, metrics, authorize, agents, policies, api_keys, audit_logs, sync_status):
         app.register_blueprint(module.bp)
     return app

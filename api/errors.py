@@ -9,6 +9,7 @@ from typing import Any
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
+from api.metrics import RATE_LIMITED
 from core import errors
 
 log = logging.getLogger("agentauth.api")
@@ -56,6 +57,7 @@ def render(error: errors.AgentAuthError) -> Response:
     response = error_response(status_of(error), error.code, error.message, **extra)
     if isinstance(error, errors.RateLimited):
         response.headers["Retry-After"] = str(error.retry_after)
+        RATE_LIMITED.labels("key").inc()
     if isinstance(error, errors.StorageError):
         log.error("storage error: %s", error.message, exc_info=error.__cause__)
     return response

@@ -209,6 +209,18 @@ def document() -> dict[str, Any]:
             "responses": {"200": {"description": "alive"}},
         }
     }
+    paths["/metrics"] = {
+        "get": {
+            "summary": "Prometheus metrics: decisions, latency, audit failures, rate limits, sync",
+            "security": [],
+            "responses": {
+                "200": {
+                    "description": "Prometheus text exposition format",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+        }
+    }
     paths["/readyz"] = {
         "get": {
             "summary": "readiness: the database answers and its schema is current",

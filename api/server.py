@@ -5,11 +5,15 @@ Each worker process builds its own app (and so its own database engine) after th
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
 from core.config import Settings
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own name for it
 
 
 class _Server(BaseApplication):  # type: ignore[misc]
@@ -31,7 +35,23 @@ class _Server(BaseApplication):  # type: ignore[misc]
 
 
 def serve(settings: Settings, host: str, port: int, workers: int, threads: int) -> None:
-    """Run until stopped (SIGTERM/SIGINT finish in-flight requests first)."""
+    """Run until stopped (SIGTERM/SIGINT finish in-flight requests first). Metrics are kept
+    per worker in a folder of this server's own and added up at each scrape."""
+    with tempfile.TemporaryDirectory(prefix="agentauth-metrics-") as folder:
+        os.environ[MULTIPROCESS_ENV] = folder  # before the workers import prometheus_client
+        try:
+            _run(settings, host, port, workers, threads)
+        finally:
+            os.environ.pop(MULTIPROCESS_ENV, None)
+
+
+def _worker_exited(_server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def _run(settings: Settings, host: str, port: int, workers: int, threads: int) -> None:
     options = {
         "bind": f"{host}:{port}",
         "workers": workers,
@@ -44,5 +64,6 @@ def serve(settings: Settings, host: str, port: int, workers: int, threads: int) 
         "proc_name": "agentauth",
         # several servers may run on one machine (tests, benchmarks): no shared control socket
         "control_socket_disable": True,
+        "child_exit": _worker_exited,
     }
     _Server(settings, options).run()

@@ -4,8 +4,10 @@ read here for ``GET /v1/sync-status`` and the CLI."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.clock import isoformat
@@ -14,6 +16,16 @@ from core.db.models import SyncStatus
 
 def read_status(session: Session, workspace_id: str) -> SyncStatus | None:
     return session.get(SyncStatus, workspace_id)
+
+
+def applied_revisions(session: Session) -> list[tuple[str, str, datetime]]:
+    """(workspace id, revision, applied at) of every workspace with an applied revision."""
+    rows = session.execute(
+        select(SyncStatus.workspace_id, SyncStatus.applied_revision, SyncStatus.applied_at)
+        .where(SyncStatus.applied_revision.is_not(None), SyncStatus.applied_at.is_not(None))
+        .order_by(SyncStatus.workspace_id)
+    )
+    return [(w, r, at) for w, r, at in rows if r is not None and at is not None]
 
 
 def serialize_status(status: SyncStatus | None) -> dict[str, Any]:

@@ -571,6 +571,21 @@ def test_sync_status_endpoint_reports_the_applied_revision(cli, repo_dir, ws_nam
     assert client.get("/v1/sync-status").status_code == 401
 
 
+def test_metrics_show_the_revision_in_force_per_workspace(cli, repo_dir, ws_name, database_url):
+    tenant, client = _tenant(database_url, ws_name)
+    write_files(repo_dir, BASE)
+    cli("apply", repo_dir, "--workspace", ws_name)
+    revision = client.get("/v1/sync-status", headers=tenant.headers("read-only")).json[
+        "lastAppliedRevision"
+    ]
+    text = client.get("/metrics").get_data(as_text=True)
+    assert (
+        f'agentauth_sync_last_applied_info{{revision="{revision}",workspace="{tenant.id}"}} 1.0'
+        in text
+    )
+    assert f'agentauth_sync_last_success_timestamp_seconds{{workspace="{tenant.id}"}}' in text
+
+
 def test_apply_in_a_git_work_tree_records_the_commit(cli, tmp_path, database_url):
     work = git.Repo.init(tmp_path / "work")
     folder = Path(work.working_tree_dir) / "policies"

@@ -1,0 +1,106 @@
+"""``GET /metrics``: Prometheus text for the people who run the service.
+
+- ``agentauth_decisions_total{outcome}``: committed decisions, by outcome;
+- ``agentauth_decision_latency_seconds``: from receipt to decision, a histogram;
+- ``agentauth_audit_write_failures_total``: decisions that could not be recorded (each answered
+  500, never an allow);
+- ``agentauth_rate_limit_denials_total{limit}``: calls refused by a ``rate_limit`` rule
+  (``limit="rule"``) or by the per-key request budget (``limit="key"``);
+- ``agentauth_sync_last_success_timestamp_seconds{workspace}`` and
+  ``agentauth_sync_last_applied_info{workspace,revision}``: what the controller last applied,
+  read from the database at each scrape.
+
+Under ``agentauth serve`` the counts are exact across worker processes (prometheus_client's
+multiprocess mode: each worker writes its own file in a folder ``serve`` makes, and a scrape
+adds them up). No key is needed: the numbers are global, with workspace ids but no names; keep
+the endpoint on an internal network.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC
+
+from flask import Blueprint, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from api.auth import public
+from api.context import services
+from core.db import Database
+from core.errors import StorageError
+from core.sync_status import applied_revisions
+
+#: set by ``agentauth serve`` before its workers start (prometheus_client reads it at import)
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+DECISIONS = Counter("agentauth_decisions", "Committed authorization decisions", ["outcome"])
+LATENCY = Histogram(
+    "agentauth_decision_latency_seconds",
+    "Time from receipt of an authorize request to its committed decision",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+AUDIT_FAILURES = Counter(
+    "agentauth_audit_write_failures", "Decisions whose audit entry could not be written"
+)
+RATE_LIMITED = Counter("agentauth_rate_limit_denials", "Calls refused by a rate limit", ["limit"])
+for _outcome in ("allowed", "denied"):  # present from the first scrape, at 0
+    DECISIONS.labels(_outcome)
+for _limit in ("rule", "key"):
+    RATE_LIMITED.labels(_limit)
+
+bp = Blueprint("metrics", __name__)
+
+
+class _SyncCollector(Collector):
+    """What the controller last applied, per workspace, read at scrape time."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def collect(self) -> Iterator[Metric]:
+        when = GaugeMetricFamily(
+            "agentauth_sync_last_success_timestamp_seconds",
+            "Unix time of the last successful apply of a policy repository",
+            labels=["workspace"],
+        )
+        info = GaugeMetricFamily(
+            "agentauth_sync_last_applied_info",
+            "The revision of the policy repository in force (always 1)",
+            labels=["workspace", "revision"],
+        )
+        try:
+            with self.db.transaction() as session:
+                rows = applied_revisions(session)
+        except StorageError:
+            rows = []  # the scrape still answers; /readyz says the database is away
+        for workspace, revision, at in rows:
+            moment = at if at.tzinfo else at.replace(tzinfo=UTC)
+            when.add_metric([workspace], moment.timestamp())
+            info.add_metric([workspace, revision], 1.0)
+        yield when
+        yield info
+
+
+@bp.get("/metrics")
+@public
+def metrics() -> Response:
+    registry = CollectorRegistry()
+    if os.environ.get(MULTIPROCESS_ENV):
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        counts = generate_latest(registry)
+    else:
+        counts = generate_latest(REGISTRY)
+    sync = CollectorRegistry()
+    sync.register(_SyncCollector(services().db))
+    return Response(counts + generate_latest(sync), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,88 @@
+"""GET /metrics: Prometheus text whose counts follow what the service did, exact across the
+worker processes of a real ``agentauth serve``."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.api.helpers import decide, make_agent
+from tests.server import running_server
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def read(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.mimetype == "text/plain"
+    return samples(response.get_data(as_text=True))
+
+
+ALLOWED = ("agentauth_decisions_total", (("outcome", "allowed"),))
+DENIED = ("agentauth_decisions_total", (("outcome", "denied"),))
+RULE_LIMITED = ("agentauth_rate_limit_denials_total", (("limit", "rule"),))
+LATENCY_COUNT = ("agentauth_decision_latency_seconds_count", ())
+
+
+def test_decisions_latency_and_rule_limits_are_counted(client, admin_headers):
+    rules = [
+        {
+            "type": "rate_limit",
+            "tools": ["mail.*"],
+            "rateLimit": {"maxCalls": 1, "windowSeconds": 60},
+        },
+        {"type": "tool_allowlist", "tools": ["mail.*"]},
+    ]
+    agent = make_agent(client, admin_headers, rules=rules)
+    before = read(client)
+    assert decide(client, admin_headers, agent, "mail.send")["allowed"] is True
+    assert decide(client, admin_headers, agent, "mail.send")["allowed"] is False  # limit spent
+    assert decide(client, admin_headers, agent, "shell.exec")["allowed"] is False
+    after = read(client)
+    assert after[ALLOWED] - before[ALLOWED] == 1
+    assert after[DENIED] - before[DENIED] == 2
+    assert after[RULE_LIMITED] - before[RULE_LIMITED] == 1
+    assert after[LATENCY_COUNT] - before[LATENCY_COUNT] == 3
+    assert ("agentauth_audit_write_failures_total", ()) in after
+
+
+def test_metrics_need_no_key_and_name_no_secret(client, workspace):
+    key = workspace.key("admin")
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert key not in response.get_data(as_text=True)
+
+
+def test_counts_are_exact_across_worker_processes(database_url, workspace, client, admin_headers):
+    """Concurrent calls spread over both workers; every scrape, whichever worker answers it,
+    adds up all of them (a worker's own counts alone would fall short)."""
+    agent = make_agent(
+        client, admin_headers, rules=[{"type": "tool_allowlist", "tools": ["calendar.*"]}]
+    )
+    key = workspace.key("read-only")
+    tools = ["shell.exec" if i % 4 == 0 else "calendar.create" for i in range(40)]
+    with (
+        running_server(database_url, workers=2, threads=2) as base,
+        httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as http,
+    ):
+
+        def call(tool: str) -> int:
+            body = {"agent_id": agent, "tool_name": tool, "parameters": {}}
+            return http.post("/v1/authorize", json=body).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(call, tools)) == {200}
+        scrapes = [samples(http.get("/metrics").text) for _ in range(6)]
+    for found in scrapes:
+        assert found[ALLOWED] == 30
+        assert found[DENIED] == 10
+        assert found[LATENCY_COUNT] == 40
