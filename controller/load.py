@@ -33,6 +33,12 @@ from schemas import Problem, check, format_path
 KINDS = ("Agent", "Policy", "PolicyTest")
 #: alias expansion bound for one file (nodes built from aliases, counted with their children)
 MAX_ALIAS_NODES = 1000
+#: nesting bound for one document (the API bounds request bodies the same way)
+MAX_DEPTH = 64
+#: a file with fewer characters that can open a level ([ { - ? and line breaks) than this
+#: cannot nest deeper, so libyaml's composer (recursive in C) is safe on it; past it, the depth
+#: is measured on the event stream first (libyaml's parser keeps its own stack)
+_SAFE_TO_COMPOSE = 10_000
 #: the YAML suffixes read as documents; hidden files and folders (.git, .github) are skipped
 SUFFIXES = (".yaml", ".yml")
 
@@ -160,6 +166,9 @@ def parse_file(source: SourceFile) -> LoadedFile:
     except UnicodeDecodeError as exc:
         return _failed(source, f"is not UTF-8 text (byte {exc.start})", 1, 1)
     try:
+        too_deep = _too_deep(text)
+        if too_deep is not None:
+            return _failed(source, f"nests more than {MAX_DEPTH} levels deep", *too_deep)
         nodes = list(yaml.compose_all(text, Loader=_Composer))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -207,6 +216,23 @@ def parse_file(source: SourceFile) -> LoadedFile:
     return LoadedFile(source.path, source.digest, tuple(documents), tuple(sorted(problems)))
 
 
+def _too_deep(text: str) -> tuple[int, int] | None:
+    """Where a file nests past :data:`MAX_DEPTH`, for files that could nest deep enough to
+    overflow the composer's C stack; None otherwise (the builder bounds the rest)."""
+    if sum(text.count(opener) for opener in "[{-?\n") < _SAFE_TO_COMPOSE:
+        return None
+    depth = 0  # collections open around the next node, as the builder counts its depth
+    for event in yaml.parse(text, Loader=_Composer):
+        if isinstance(event, yaml.NodeEvent) and depth > MAX_DEPTH:
+            mark = event.start_mark
+            return (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return None
+
+
 def _failed(source: SourceFile, message: str, line: int, column: int) -> LoadedFile:
     return LoadedFile(
         source.path, source.digest, (), (Problem(source.path, line, "$", message, column),)
@@ -240,6 +266,8 @@ class _Builder:
         the depth where positions are recorded. The hot path of loading: kept lean."""
         if self.aliases:
             self._count(node)
+        if depth > MAX_DEPTH:
+            raise YamlError(f"nests more than {MAX_DEPTH} levels deep", *_mark(node))
         if depth <= SHALLOW or self.full:
             mark = node.start_mark
             self.positions.setdefault(path, (mark.line + 1, mark.column + 1))

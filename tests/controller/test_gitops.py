@@ -169,6 +169,32 @@ def test_validate_reports_every_problem_sorted_with_file_line_and_column(cli, re
     assert "error(s)" in result.stderr
 
 
+def _deep_agent(levels: int) -> dict[str, str]:
+    """An Agent whose description holds ``levels`` nested lists (it starts 2 levels deep)."""
+    deep = "[" * levels + "]" * levels
+    head = "apiVersion: agentauth/v1\nkind: Agent\nmetadata: {name: d}\n"
+    return {"agents/deep.yaml": head + f"spec: {{description: {deep}}}\n"}
+
+
+@pytest.mark.parametrize("levels", [65, 300, 200_000], ids=["65", "300", "200000"])
+def test_deeply_nested_files_are_refused_with_a_clear_message(cli, repo_dir, levels):
+    """Past 64 levels a file is refused where it goes too deep, whatever the depth: no
+    traceback, no crash of the composer (recursive in C) on 200,000 levels."""
+    write_files(repo_dir, _deep_agent(levels))
+    result = cli("validate", repo_dir, db=False)
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        "agents/deep.yaml:4:84: $: nests more than 64 levels deep"
+    ]
+
+
+def test_sixty_four_levels_are_still_read(cli, repo_dir):
+    write_files(repo_dir, _deep_agent(62))  # the innermost list sits at depth 64
+    result = cli("validate", repo_dir, db=False)
+    assert result.exit_code == 1
+    assert "spec.description: must be a string or null" in result.stdout
+
+
 def _sort_key(line: str) -> tuple[str, int]:
     file, line_no, *_ = line.split(":")
     return file, int(line_no)
