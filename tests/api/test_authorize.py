@@ -3,6 +3,8 @@ rate-limit rules, cache freshness across app instances, and failing closed."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import text
 
@@ -116,6 +118,8 @@ BAD_REQUESTS = {
                         "parameters": [1]},
     "tool-empty": {"agent_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "tool_name": ""},
     "tool-256": {"agent_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "tool_name": "t" * 256},
+    "tool-10000": {"agent_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "tool_name": "t" * 10_000},
+    "tool-nul": {"agent_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "tool_name": "a\u0000b"},
     "tool-newline": {"agent_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "tool_name": "a\nb"},
     "tool-not-string": {"agent_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "tool_name": 7},
     "unknown-field": {"agent_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "tool_name": "x",
@@ -129,6 +133,19 @@ def test_malformed_requests_are_400_and_not_audited(client, admin_headers, body)
     assert response.status_code == 400
     assert response.json["error"]["code"] == "VALIDATION_ERROR"
     assert response.json["error"]["details"]
+    assert audit_entries(client, admin_headers) == []
+
+
+def test_parameters_with_100000_keys_are_400_and_not_audited(client, admin_headers, agent):
+    parameters = {f"{i:x}": 0 for i in range(100_000)}
+    body = json.dumps({"agent_id": agent["id"], "tool_name": "x", "parameters": parameters})
+    compact = body.replace(", ", ",").replace(": ", ":")
+    assert len(compact) < 1024 * 1024  # under the body limit: refused for what it holds
+    response = client.post(
+        "/v1/authorize", data=compact, content_type="application/json", headers=admin_headers
+    )
+    assert response.status_code == 400
+    assert response.json["error"]["code"] == "VALIDATION_ERROR"
     assert audit_entries(client, admin_headers) == []
 
 
