@@ -35,7 +35,7 @@ KINDS = ("Agent", "Policy", "PolicyTest")
 MAX_ALIAS_NODES = 1000
 #: nesting bound for one document (the API bounds request bodies the same way)
 MAX_DEPTH = 64
-#: a file with fewer characters that can open a level ([ { - ? and line breaks) than this
+#: a file with fewer characters that can open a level ([ { - ? : and line breaks) than this
 #: cannot nest deeper, so libyaml's composer (recursive in C) is safe on it; past it, the depth
 #: is measured on the event stream first (libyaml's parser keeps its own stack)
 _SAFE_TO_COMPOSE = 10_000
@@ -219,7 +219,7 @@ def parse_file(source: SourceFile) -> LoadedFile:
 def _too_deep(text: str) -> tuple[int, int] | None:
     """Where a file nests past :data:`MAX_DEPTH`, for files that could nest deep enough to
     overflow the composer's C stack; None otherwise (the builder bounds the rest)."""
-    if sum(text.count(opener) for opener in "[{-?\n") < _SAFE_TO_COMPOSE:
+    if sum(text.count(opener) for opener in "[{-?:\n") < _SAFE_TO_COMPOSE:
         return None
     depth = 0  # collections open around the next node, as the builder counts its depth
     for event in yaml.parse(text, Loader=_Composer):
