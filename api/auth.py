@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -155,13 +154,7 @@ def add_rate_headers(response: Response) -> Response:
     return response
 
 
-def mark_received() -> None:
-    """When the request arrived: decision latency is measured from here."""
-    g.received = time.perf_counter()
-
-
 def register(app: Flask) -> None:
-    app.before_request(mark_received)
     app.before_request(authenticate_request)
     app.before_request(check_query)
     app.after_request(add_rate_headers)

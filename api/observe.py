@@ -1,4 +1,5 @@
-"""What operators see of each request: a request id and one JSON log line.
+"""What operators see of each request: a request id and one JSON log line; and when the
+request was received (``g.received``), from which decision latency is measured too.
 
 Every response carries ``X-Request-Id``: the caller's own when it sent a sane one (1 to 128
 characters of ``A-Z a-z 0-9 . _ : -``), else a new one; the same id is in the request's log
@@ -31,7 +32,7 @@ access = logging.getLogger("agentauth.access")
 def begin_request() -> None:
     offered = request.headers.get(HEADER, "")
     g.request_id = offered if _SANE.fullmatch(offered) else uuid.uuid4().hex
-    g.started = time.perf_counter()
+    g.received = time.perf_counter()  # the decision latency and the log line's start here
 
 
 def finish_request(response: Response) -> Response:
@@ -44,7 +45,7 @@ def finish_request(response: Response) -> Response:
 
 def _line(response: Response) -> str:
     caller: Principal | None = g.get("principal")
-    started: float | None = g.get("started")
+    started: float | None = g.get("received")
     record = {
         "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "level": "error" if response.status_code >= 500 else "info",

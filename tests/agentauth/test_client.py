@@ -268,9 +268,20 @@ def test_bad_arguments_are_refused_at_once():
 
 
 def test_a_custom_transport_is_used():
-    """What users plug in for proxies or retries is honoured (here: a real socket again)."""
+    """What users plug in for proxies or retries is honoured: every request goes through it
+    (to a real socket)."""
+
+    class Counting(httpx.HTTPTransport):
+        sent = 0
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            Counting.sent += 1
+            return super().handle_request(request)
+
     answer = json.dumps({"allowed": True, "outcome": "allowed", "reason": "ok"}).encode()
-    with faulty_service(200, answer) as (base, _):
-        transport = httpx.HTTPTransport(retries=1)
-        with AuthzClient(base, "svc_" + "e" * 32, transport=transport) as client:
-            assert client.authorize("agent", "tool").allowed is True
+    with (
+        faulty_service(200, answer) as (base, received),
+        AuthzClient(base, "svc_" + "e" * 32, transport=Counting()) as client,
+    ):
+        assert client.authorize("agent", "tool").allowed is True
+    assert Counting.sent == len(received) == 1
