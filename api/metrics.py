@@ -6,6 +6,8 @@
   500, never an allow);
 - ``agentauth_rate_limit_denials_total{limit}``: calls refused by a ``rate_limit`` rule
   (``limit="rule"``) or by the per-key request budget (``limit="key"``);
+- ``agentauth_requests_in_flight``: requests being served right now (the scrape included), the
+  number a graceful shutdown waits for;
 - ``agentauth_sync_last_success_timestamp_seconds{workspace}`` and
   ``agentauth_sync_last_applied_info{workspace,revision}``: what the controller last applied,
   read from the database at each scrape.
@@ -28,6 +30,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -52,6 +55,11 @@ LATENCY = Histogram(
 )
 AUDIT_FAILURES = Counter(
     "agentauth_audit_write_failures", "Decisions whose audit entry could not be written"
+)
+IN_FLIGHT = Gauge(
+    "agentauth_requests_in_flight",
+    "Requests being served, the scrape included",
+    multiprocess_mode="livesum",
 )
 RATE_LIMITED = Counter("agentauth_rate_limit_denials", "Calls refused by a rate limit", ["limit"])
 for _outcome in ("allowed", "denied"):  # present from the first scrape, at 0

@@ -2,9 +2,9 @@
 request was received (``g.received``), from which decision latency is measured too.
 
 Every response carries ``X-Request-Id``: the caller's own when it sent a sane one (1 to 128
-characters of ``A-Z a-z 0-9 . _ : -``), else a new one; the same id is in the request's log
-line, so a client's report can be found in the logs. One line per request on the
-``agentauth.access`` logger, a JSON object: time, level, request id, method, path (never the
+characters of ``A-Z a-z 0-9 . _ : -``, and holding no API key), else a new one; the same id is
+in the request's log line, so a client's report can be found in the logs. One line per request
+on the ``agentauth.access`` logger, a JSON object: time, level, request id, method, path (never the
 query string, nor any header), status, duration in ms, and the caller's workspace and key id
 once authenticated (the key's id, never the key). ``agentauth serve`` writes these lines to
 standard error (:func:`configure_logging`). Registered by ``create_app``.
@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 
 from flask import Flask, Response, g, request
 
-from core.keys import Principal
+from api.metrics import IN_FLIGHT
+from core.keys import KEY_SEARCH, Principal
 
 HEADER = "X-Request-Id"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -31,8 +32,16 @@ access = logging.getLogger("agentauth.access")
 
 def begin_request() -> None:
     offered = request.headers.get(HEADER, "")
-    g.request_id = offered if _SANE.fullmatch(offered) else uuid.uuid4().hex
+    sane = _SANE.fullmatch(offered) and not KEY_SEARCH.search(offered)  # a key is never echoed
+    g.request_id = offered if sane else uuid.uuid4().hex
     g.received = time.perf_counter()  # the decision latency and the log line's start here
+    IN_FLIGHT.inc()
+    g.in_flight = True
+
+
+def end_request(_error: BaseException | None) -> None:
+    if g.pop("in_flight", False):  # teardown runs even when an earlier hook raised
+        IN_FLIGHT.dec()
 
 
 def finish_request(response: Response) -> Response:
@@ -74,4 +83,5 @@ def configure_logging() -> None:
 
 def register(app: Flask) -> None:
     app.before_request(begin_request)
+    app.teardown_request(end_request)
     app.after_request(finish_request)  # registered first, so it runs last: sees the final status

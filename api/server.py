@@ -35,8 +35,10 @@ class _Server(BaseApplication):  # type: ignore[misc]
 
 
 def serve(settings: Settings, host: str, port: int, workers: int, threads: int) -> None:
-    """Run until stopped (SIGTERM/SIGINT finish in-flight requests first). Metrics are kept
-    per worker in a folder of this server's own and added up at each scrape."""
+    """Run until stopped. SIGTERM is graceful: the workers stop accepting, finish the requests
+    in flight (for up to 20 s) and exit 0; SIGINT (Ctrl-C) and SIGQUIT stop at once, as in
+    gunicorn. Metrics are kept per worker in a folder of this server's own and added up at
+    each scrape."""
     with tempfile.TemporaryDirectory(prefix="agentauth-metrics-") as folder:
         os.environ[MULTIPROCESS_ENV] = folder  # before the workers import prometheus_client
         try:

@@ -29,6 +29,8 @@ from core.db.migrate import upgrade
 from core.keys import ensure_workspace, issue_key
 
 PG_ENV = "AGENTAUTH_TEST_DATABASE_URL"
+#: fails the run if an API key shows up in any body, log, export or stored row (see the module)
+pytest_plugins = ["tests.secrets_scan"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,6 +53,7 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'agentauth.db'}"
         _migrate(url)
         yield url
+        _scan_database(url)
         return
     schema = f"agentauth_test_{os.getpid()}_{secrets.token_hex(4)}"
     admin = create_engine(normalize_url(base))
@@ -61,6 +64,7 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         _migrate(url)
         yield url
+        _scan_database(normalize_url(url))
     finally:
         with admin.begin() as conn:
             # a connection of this run left open (a server killed mid-test) must not block
@@ -73,6 +77,12 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             )
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+def _scan_database(url: str) -> None:
+    from tests.secrets_scan import scan_database  # the plugin, loaded by then
+
+    scan_database(url)
 
 
 def _migrate(url: str) -> None:
@@ -136,6 +146,9 @@ class Tenant:
         with db.transaction(write=True) as session:
             wid = ensure_workspace(session, self.name, self.clock.moment)
             _, key = issue_key(session, wid, "test", list(scopes), expires_at, self.clock.moment)
+        from tests.secrets_scan import note_issued_key  # the plugin, loaded by then
+
+        note_issued_key(key)
         return key
 
     def headers(self, *scopes: str, expires_at: datetime | None = None) -> dict[str, str]:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.secrets_scan import scan_server_log
+
 STARTUP_SECONDS = 30
 
 
@@ -46,6 +48,8 @@ def running_server(
         yield base
     finally:
         _stop(process)
+        if log.exists():
+            scan_server_log(log.read_text(errors="replace"))
         log.unlink(missing_ok=True)
 
 

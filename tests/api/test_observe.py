@@ -69,8 +69,10 @@ def test_the_line_names_the_caller_by_workspace_and_key_id_never_the_key(client,
         ("has space", False),
         ("<script>", False),
         ("", False),
+        ("svc_" + "ab" * 16, False),
+        ("trace-svc_" + "0" * 32 + "-1", False),
     ],
-    ids=["sane", "128-chars", "129-chars", "space", "markup", "empty"],
+    ids=["sane", "128-chars", "129-chars", "space", "markup", "empty", "a-key", "holds-a-key"],
 )
 def test_a_sane_request_id_is_kept_anything_else_replaced(
     client, admin_headers, caplog, offered, kept

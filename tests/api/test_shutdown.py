@@ -1,0 +1,130 @@
+"""Graceful shutdown: SIGTERM (what ``kill``, systemd, Docker and Kubernetes send) makes a real
+``agentauth serve`` stop accepting connections, lets the request in flight finish with its
+decision committed and audited, and then exit 0.
+
+"Stops accepting" is read off Linux's /proc: the worker takes its listening socket out of its
+event loop (gunicorn closes it only on exit, so the kernel still queues new connections; they
+are never served)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from api import create_app
+from tests.api.helpers import make_agent
+from tests.conftest import Tenant, bearer
+from tests.server import _stop, _wait_until_healthy, free_port
+
+DEADLINE = 30  # seconds: a hang guard for waiting on the server, never a measure of speed
+
+
+def _in_flight(base: str) -> float:
+    text = httpx.get(base + "/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith("agentauth_requests_in_flight "):
+            return float(line.split()[1])
+    raise AssertionError("agentauth_requests_in_flight missing from /metrics")
+
+
+def _wait_for(what: str, condition) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what} after {DEADLINE} s"
+        time.sleep(0.02)  # polling an outside process's state, bounded by the deadline
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # LISTEN
+                inodes.add(fields[9])
+    return inodes
+
+
+def _accepting(worker: int, port: int) -> bool:
+    """Whether the worker's event loop watches its listening socket."""
+    listeners, polls = set(), []
+    inodes = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    for fd in Path(f"/proc/{worker}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:
+            continue
+        if target in inodes:
+            listeners.add(fd.name)
+        elif target == "anon_inode:[eventpoll]":
+            polls.append(fd.name)
+    watched = set()
+    for fd in polls:
+        try:
+            info = Path(f"/proc/{worker}/fdinfo/{fd}").read_text()
+        except FileNotFoundError:
+            continue
+        watched |= {line.split()[1] for line in info.splitlines() if line.startswith("tfd:")}
+    return bool(listeners & watched)
+
+
+def test_sigterm_finishes_the_request_in_flight_then_exits(database_url, settings, clock):
+    app = create_app(settings)
+    tenant = Tenant(app, f"shutdown-{clock.moment.timestamp()}", clock)
+    key = tenant.key("admin")
+    client = app.test_client()
+    rules = [{"type": "tool_allowlist", "tools": ["calendar.*"]}]
+    agent_id = make_agent(client, bearer(key), "shutdown", rules)
+
+    port = free_port()
+    log = Path(tempfile.gettempdir()) / f"agentauth-shutdown-{port}.log"
+    command = [
+        sys.executable, "-m", "controller", "serve", "--host", "127.0.0.1", "--port", str(port),
+        "--db", database_url, "--workers", "1", "--threads", "4",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(base, server, log)
+        body = json.dumps(
+            {"agent_id": agent_id, "tool_name": "calendar.create", "parameters": {"day": 1}}
+        ).encode()
+        # a request the server is inside of: headers and half of the body sent
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
+        conn.putrequest("POST", "/v1/authorize")
+        conn.putheader("Authorization", f"Bearer {key}")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body[:10])
+        _wait_for("the request to be in flight", lambda: _in_flight(base) >= 2)  # it + the scrape
+
+        [worker] = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+        assert _accepting(int(worker), port)
+
+        os.kill(server.pid, signal.SIGTERM)
+        _wait_for("the worker to stop accepting", lambda: not _accepting(int(worker), port))
+        assert server.poll() is None, "the server exited with a request in flight"
+
+        conn.send(body[10:])
+        response = conn.getresponse()
+        answer = json.loads(response.read())
+        conn.close()
+        assert response.status == 200, answer
+        assert answer["allowed"] is True
+        assert server.wait(timeout=DEADLINE) == 0
+    finally:
+        _stop(server)
+        log.unlink(missing_ok=True)
+
+    entries = client.get("/v1/audit-logs", query_string={"agent_id": agent_id}, headers=bearer(key))
+    app.extensions["agentauth"].db.dispose()
+    assert [entry["id"] for entry in entries.json["data"]] == [answer["auditId"]]
