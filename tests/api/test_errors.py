@@ -136,6 +136,7 @@ BAD_AGENT_BODIES: dict[str, bytes] = {
     "latin1-body": '{"name": "é"}'.encode("latin-1"),
     "nested-65-levels": nested(65).encode(),
     "nested-100-levels": nested(100).encode(),
+    "nested-1000-levels": nested(1000).encode(),
     "nested-100000-levels": nested(100_000).encode(),
 }
 

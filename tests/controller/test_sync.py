@@ -16,6 +16,7 @@ from pathlib import Path
 import git
 import pytest
 
+from api import create_app
 from controller.apply import ApplyResult, apply_files
 from controller.sources import SourceError
 from controller.sync import (
@@ -30,6 +31,7 @@ from core import agents as agent_store
 from core import ids
 from core.config import Settings
 from core.db import Database
+from tests.conftest import FakeClock, Tenant
 from tests.controller.conftest import agent_doc, write_files
 from tests.controller.test_watch import (
     BROKEN_POLICY,
@@ -145,7 +147,25 @@ def test_the_clone_is_bare_and_reused(remote, db, ws_name, tmp_path):
     assert not polled.result.plan.has_changes
 
 
-def test_an_unreachable_remote_backs_off_and_changes_nothing(remote, follower, db, ws_name):
+def _decide(database_url: str, workspace: str, tool: str) -> bool:
+    """Whether the served API allows the repository's agent ``bot`` to call ``tool``."""
+    app = create_app(Settings(database_url=database_url, rate_limit_per_minute=100_000))
+    try:
+        tenant = Tenant(app, workspace, FakeClock())
+        (agent,) = live(app.extensions["agentauth"].db, workspace).agents
+        body = {"agent_id": agent.id, "tool_name": tool, "parameters": {}}
+        response = app.test_client().post(
+            "/v1/authorize", json=body, headers=tenant.headers("admin")
+        )
+        assert response.status_code == 200, response.get_data(as_text=True)
+        return bool(response.json["allowed"])
+    finally:
+        app.extensions["agentauth"].db.dispose()
+
+
+def test_an_unreachable_remote_backs_off_and_changes_nothing(
+    remote, follower, db, ws_name, database_url
+):
     a = remote.push(FILES)
     follower.poll_once()
     hidden = Path(remote.url).with_name("moved-away.git")
@@ -161,6 +181,9 @@ def test_an_unreachable_remote_backs_off_and_changes_nothing(remote, follower, d
     status = sync_status(db, ws_name)
     assert (status.attempted_revision, status.applied_revision) == (a, a)
     assert mail_tools(db, ws_name) == ["mail.read"]
+    # the last applied revision is what decisions are still made from
+    assert _decide(database_url, ws_name, "mail.read") is True
+    assert _decide(database_url, ws_name, "mail.send") is False
 
     hidden.rename(remote.url)
     b = remote.push({"policies/mail.yaml": policy_doc("mail", "bot", '["mail.send"]')})
