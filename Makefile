@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-pg lint format types imports check bench clean
+.PHONY: help install run test test-pg lint format types imports check bench screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ check: lint types imports test ## everything CI checks, on SQLite
 
 bench: install ## the benchmarks under bench/ (figures go in bench/RESULTS.md)
 	$(PY) -m bench
+
+screenshots: install ## redraw docs/screenshots from the dashboard's browser tests (needs chromium)
+	AGENTAUTH_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/dashboard
 
 clean: ## remove caches and the local database
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis agentauth.db agentauth.db-*

@@ -22,6 +22,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         audit_logs,
         auth,
         authorize,
+        dashboard,
         errors,
         meta,
         metrics,
@@ -43,4 +44,5 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     auth.register(app)
     for module in (meta, metrics, authorize, agents, policies, api_keys, audit_logs, sync_status):
         app.register_blueprint(module.bp)
+    app.register_blueprint(dashboard.bp)
     return app

@@ -1,0 +1,588 @@
+// agentauth dashboard: a client of the public /v1 API, nothing more.
+// The API key lives in this tab's sessionStorage only and travels as the Bearer header; it is
+// never put in a URL, a cookie or localStorage. Every value from the API is inserted as text
+// (no innerHTML), so a name or a parameter can never become markup.
+"use strict";
+
+const KEY_STORE = "agentauth.key";
+const SCOPE_STORE = "agentauth.scope";
+const KEY_FORMAT = /^svc_[0-9a-f]{32}$/;
+const DAYS = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+const PAGE = 50;
+
+// ------------------------------------------------------------------------- small DOM helpers
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+    else if (name === "class") el.className = value;
+    else if (value === true) el.setAttribute(name, "");
+    else el.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+const $ = (id) => document.getElementById(id);
+
+function show(...nodes) {
+  $("main").replaceChildren(...nodes);
+}
+
+function when(text) {
+  if (!text) return "—";
+  const moment = new Date(text);
+  return isNaN(moment) ? text : moment.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
+function badge(text, kind) {
+  return h("span", { class: `badge ${kind || text}` }, text);
+}
+
+// ------------------------------------------------------------------------------- messages
+
+function say(text, kind) {
+  const box = $("message");
+  box.textContent = text;
+  box.className = `message ${kind || "error"}`;
+  box.hidden = false;
+}
+
+function clearMessage() {
+  $("message").hidden = true;
+}
+
+function describe(error) {
+  if (error instanceof ApiError) {
+    const code = error.code ? ` ${error.code}` : "";
+    const details = (error.details || [])
+      .map((d) => (d.field ? `${d.field}: ${d.message}` : d.message))
+      .join("; ");
+    const why = details && !error.message.includes(details) ? ` (${details})` : "";
+    return `The service answered ${error.status}${code}: ${error.message}${why}`;
+  }
+  return `Could not reach the service: ${error.message || error}`;
+}
+
+function fail(error) {
+  if (error instanceof ApiError && error.status === 401) {
+    signOut(`Signed out: ${error.message}`);
+    return;
+  }
+  say(describe(error));
+}
+
+// ------------------------------------------------------------------------------------- API
+
+class ApiError extends Error {
+  constructor(status, body, text) {
+    const error = (body && body.error) || {};
+    super(error.message || text || `HTTP ${status}`);
+    this.status = status;
+    this.code = error.code || "";
+    this.details = error.details || [];
+  }
+}
+
+function query(params) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params || {})) {
+    if (value !== "" && value !== null && value !== undefined) search.set(name, value);
+  }
+  const text = search.toString();
+  return text ? `?${text}` : "";
+}
+
+async function call(method, path, { params, body, key } = {}) {
+  const headers = { Authorization: `Bearer ${key || sessionStorage.getItem(KEY_STORE)}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path + query(params), {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    cache: "no-store",
+    credentials: "omit",
+    referrerPolicy: "no-referrer",
+  });
+  return response;
+}
+
+async function api(method, path, options) {
+  const response = await call(method, path, options);
+  if (response.status === 204) return null;
+  const text = await response.text();
+  let body = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch (_) {
+    body = null;
+  }
+  if (!response.ok) throw new ApiError(response.status, body, text.slice(0, 200));
+  return body;
+}
+
+const MAX_PAGE = 200; // the largest page the agent, policy and key lists serve
+
+// every item of a list, page by page (a workspace may hold more than one page of anything)
+async function everything(path, params) {
+  const items = [];
+  for (let offset = 0; ; offset += MAX_PAGE) {
+    const page = await api("GET", path, { params: { ...params, limit: MAX_PAGE, offset } });
+    items.push(...page.data);
+    if (page.data.length === 0 || items.length >= page.pagination.total) return items;
+  }
+}
+
+// --------------------------------------------------------------------------------- signing in
+
+function isAdmin() {
+  return sessionStorage.getItem(SCOPE_STORE) === "admin";
+}
+
+function signOut(why) {
+  sessionStorage.removeItem(KEY_STORE);
+  sessionStorage.removeItem(SCOPE_STORE);
+  route();
+  if (why) say(why);
+}
+
+function signInPage() {
+  const input = h("input", {
+    id: "key-input", type: "password", autocomplete: "off", spellcheck: "false",
+    placeholder: "svc_…", "aria-label": "API key", required: true,
+  });
+  const submit = async (event) => {
+    event.preventDefault();
+    clearMessage();
+    const key = input.value.trim();
+    if (!KEY_FORMAT.test(key)) {
+      say("That is not an API key: keys are svc_ followed by 32 hex characters.");
+      return;
+    }
+    try {
+      await api("GET", "/v1/agents", { params: { limit: 1 }, key });
+      // only admin keys may list keys: the answer tells the page which controls to offer
+      const probe = await call("GET", "/v1/api-keys", { params: { limit: 1 }, key });
+      sessionStorage.setItem(KEY_STORE, key);
+      sessionStorage.setItem(SCOPE_STORE, probe.ok ? "admin" : "read-only");
+      input.value = "";
+      if (!location.hash || location.hash === "#/") location.hash = "#/agents";
+      else route();
+    } catch (error) {
+      say(error instanceof ApiError && error.status === 401
+        ? `This key was refused: ${error.message}` : describe(error));
+    }
+  };
+  // an input without a name is never part of a form submission, so the key cannot reach a URL
+  show(h("form", { class: "panel narrow", id: "sign-in", onsubmit: submit },
+    h("h1", {}, "Sign in"),
+    h("p", {}, "Paste an API key. It stays in this browser tab and is forgotten when the tab closes."),
+    h("label", { for: "key-input" }, "API key"), input,
+    h("div", { class: "actions" }, h("button", { type: "submit" }, "Sign in"))));
+  input.focus();
+}
+
+// ------------------------------------------------------------------------- confirmation
+
+function confirmAction(text, label) {
+  const dialog = $("confirm");
+  $("confirm-text").textContent = text;
+  $("confirm-ok").textContent = label;
+  return new Promise((resolve) => {
+    const done = (answer) => () => {
+      $("confirm-ok").onclick = null;
+      $("confirm-cancel").onclick = null;
+      dialog.onclose = null;
+      if (dialog.open) dialog.close();
+      resolve(answer);
+    };
+    $("confirm-ok").onclick = done(true);
+    $("confirm-cancel").onclick = done(false);
+    dialog.onclose = done(false);
+    dialog.showModal();
+  });
+}
+
+// ------------------------------------------------------------------------- rules, readably
+
+function toolsText(rule) {
+  const tools = rule.tools || ["*"];
+  return tools.length === 1 && tools[0] === "*" ? "all tools" : tools.join(", ");
+}
+
+function ranges(values, render) {
+  const sorted = [...new Set(values)].sort((a, b) => a - b);
+  const out = [];
+  for (let i = 0; i < sorted.length; i++) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    out.push(render(sorted[i], sorted[j]));
+    i = j;
+  }
+  return out.join(", ");
+}
+
+const pad = (n) => String(n).padStart(2, "0");
+
+function constraintTexts(name, constraint) {
+  const out = [];
+  if (constraint.min !== undefined) out.push(`deny if ${name} < ${constraint.min}`);
+  if (constraint.max !== undefined) out.push(`deny if ${name} > ${constraint.max}`);
+  if (constraint.enum !== undefined) out.push(`deny if ${name} not in {${constraint.enum.join(", ")}}`);
+  if (constraint.regex !== undefined) out.push(`deny if ${name} does not match /${constraint.regex}/`);
+  return out;
+}
+
+function ruleText(rule) {
+  const on = rule.tools && !(rule.tools.length === 1 && rule.tools[0] === "*")
+    ? ` (on ${toolsText(rule)})` : "";
+  switch (rule.type) {
+    case "tool_allowlist":
+      return `allow ${toolsText(rule)}`;
+    case "tool_denylist":
+      return `deny ${toolsText(rule)}`;
+    case "parameter_constraint": {
+      const parts = Object.entries(rule.parameters || {}).flatMap(([n, c]) => constraintTexts(n, c));
+      return parts.join("; ") + on;
+    }
+    case "rate_limit":
+      return `max ${rule.rateLimit.maxCalls} calls / ${rule.rateLimit.windowSeconds} s${on}`;
+    case "time_based": {
+      const w = rule.timeWindow;
+      const days = w.allowedDays ? ranges(w.allowedDays, (a, b) =>
+        a === b ? DAYS[a] : `${DAYS[a]}-${DAYS[b]}`) : "every day";
+      const hours = w.allowedHours ? ranges(w.allowedHours, (a, b) => `${pad(a)}-${pad(b + 1)}`)
+        : "all day";
+      return `${days} ${hours} ${w.timezone || "UTC"}${on}`;
+    }
+    default:
+      return JSON.stringify(rule);
+  }
+}
+
+function byEvaluationOrder(a, b) {
+  return (b.priority - a.priority) || a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id);
+}
+
+// ------------------------------------------------------------------------------ pages
+
+function pager(page, go) {
+  const { offset, count, total, limit } = page.pagination;
+  const first = total ? offset + 1 : 0;
+  return h("div", { class: "pager" },
+    h("button", { type: "button", class: "secondary", disabled: offset === 0,
+      onclick: () => go(Math.max(0, offset - limit)) }, "← Newer"),
+    h("span", { class: "count" }, `${first}–${offset + count} of ${total}`),
+    h("button", { type: "button", class: "secondary", disabled: offset + count >= total,
+      onclick: () => go(offset + limit) }, "Older →"));
+}
+
+async function agentsPage(args) {
+  const offset = Number(args.get("offset") || 0);
+  const page = await api("GET", "/v1/agents", { params: { limit: PAGE, offset } });
+  const rows = page.data.map((agent) => h("tr", { "data-agent": agent.name },
+    h("td", {}, h("a", { href: `#/agents/${agent.id}` }, agent.name)),
+    h("td", {}, badge(agent.status)),
+    h("td", { class: "muted" }, agent.description || ""),
+    h("td", { class: "nowrap" }, when(agent.updatedAt)),
+    isAdmin() ? h("td", { class: "actions" }, statusButtons(agent, () => agentsPage(args))) : null));
+  show(h("section", { class: "panel" },
+    h("h1", {}, "Agents"),
+    page.data.length ? h("div", { class: "scroll" }, h("table", {},
+      h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Status"),
+        h("th", {}, "Description"), h("th", {}, "Updated"), isAdmin() ? h("th", {}, "") : null)),
+      h("tbody", {}, rows)))
+      : h("p", { class: "muted" }, "No agents in this workspace yet."),
+    pager(page, (o) => { location.hash = `#/agents?offset=${o}`; })));
+}
+
+function statusButtons(agent, after) {
+  const change = (status, verb, consequence) => async () => {
+    const ok = await confirmAction(`${verb} agent “${agent.name}”? ${consequence}`, verb);
+    if (!ok) return;
+    try {
+      await api("PATCH", `/v1/agents/${agent.id}`, { body: { status } });
+      say(`Agent “${agent.name}” is now ${status}.`, "ok");
+      await after();
+    } catch (error) {
+      fail(error);
+    }
+  };
+  const out = [];
+  if (agent.status === "active") {
+    out.push(h("button", { type: "button", class: "warn", onclick: change("suspended", "Suspend",
+      "Every authorize call for it will be denied until it is reactivated.") }, "Suspend"));
+  } else {
+    out.push(h("button", { type: "button", class: "secondary", onclick: change("active",
+      "Reactivate", "Its policies will decide its calls again.") }, "Reactivate"));
+  }
+  if (agent.status !== "revoked") {
+    out.push(h("button", { type: "button", class: "danger", onclick: change("revoked", "Revoke",
+      "Every authorize call for it will be denied.") }, "Revoke"));
+  }
+  return out;
+}
+
+async function agentPage(id) {
+  const agent = await api("GET", `/v1/agents/${encodeURIComponent(id)}`);
+  const ordered = (await everything("/v1/policies", { agent_id: id })).sort(byEvaluationOrder);
+  let step = 0; // disabled policies are listed where their priority puts them, but skipped
+  const policyRows = ordered.map((policy) => h("tr", { class: policy.enabled ? "" : "disabled" },
+    h("td", {}, policy.enabled ? String(++step) : "—"),
+    h("td", {}, policy.name, h("div", { class: "muted mono small" }, policy.id)),
+    h("td", {}, String(policy.priority)),
+    h("td", {}, policy.enabled ? badge("enabled", "active") : badge("disabled", "suspended")),
+    h("td", {}, h("ol", { class: "rules" }, policy.rules.map((rule) => h("li", {}, ruleText(rule))))),
+    h("td", {}, policy.managedBy ? h("span", { title: policy.managedBy }, "git") : "API")));
+  const sections = [h("section", { class: "panel" },
+    h("p", {}, h("a", { href: "#/agents" }, "← Agents")),
+    h("h1", {}, agent.name, " ", badge(agent.status)),
+    h("p", { class: "muted" }, agent.description || "No description."),
+    h("dl", { class: "facts" },
+      h("dt", {}, "ID"), h("dd", { class: "mono" }, agent.id),
+      h("dt", {}, "Created"), h("dd", {}, when(agent.createdAt)),
+      h("dt", {}, "Updated"), h("dd", {}, when(agent.updatedAt))),
+    isAdmin() ? h("div", { class: "actions" }, statusButtons(agent, () => agentPage(id))) : null),
+  h("section", { class: "panel" },
+    h("h2", {}, "Policies, in evaluation order"),
+    ordered.length ? h("div", { class: "scroll" }, h("table", { id: "policies" },
+      h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "Policy"), h("th", {}, "Priority"),
+        h("th", {}, "State"), h("th", {}, "Rules"), h("th", {}, "Managed by"))),
+      h("tbody", {}, policyRows)))
+      : h("p", { class: "muted" }, "No policies: every call of this agent is denied (default deny)."))];
+  const decisions = h("section", { class: "panel" }, h("h2", {}, "Latest decisions"));
+  sections.push(decisions);
+  show(...sections);
+  if (!isAdmin()) {
+    decisions.append(h("p", { class: "muted" }, "Reading the audit log needs an admin key."));
+    return;
+  }
+  const latest = await api("GET", "/v1/audit-logs", { params: { agent_id: id, limit: 10 } });
+  decisions.append(latest.data.length ? entriesTable(latest.data, { [agent.id]: agent.name })
+    : h("p", { class: "muted" }, "No decisions yet."),
+  h("p", {}, h("a", { href: `#/audit?agent_id=${agent.id}` }, "All decisions of this agent →")));
+}
+
+function entriesTable(entries, names) {
+  return h("div", { class: "scroll" }, h("table", { id: "entries" },
+    h("thead", {}, h("tr", {}, h("th", {}, "Time"), h("th", {}, "Agent"), h("th", {}, "Tool"),
+      h("th", {}, "Result"), h("th", {}, "Reason"), h("th", {}, "ms"), h("th", {}, "Parameters"))),
+    h("tbody", {}, entries.map((entry) => h("tr", {},
+      h("td", { class: "nowrap" }, when(entry.timestamp)),
+      h("td", {}, h("a", { href: `#/agents/${entry.agentId}` }, names[entry.agentId] || entry.agentId)),
+      h("td", { class: "mono" }, entry.toolName),
+      h("td", {}, badge(entry.result, entry.result === "allowed" ? "active" : "revoked")),
+      h("td", {}, entry.reason),
+      h("td", { class: "num" }, entry.latencyMs === null ? "" : Number(entry.latencyMs).toFixed(1)),
+      h("td", {}, h("details", {}, h("summary", {}, `${Object.keys(entry.parameters || {}).length} parameters`),
+        h("pre", {}, JSON.stringify(entry.parameters, null, 2)))))))));
+}
+
+const AUDIT_FILTERS = ["agent_id", "action", "tool_name", "result", "from", "to", "limit"];
+
+async function auditPage(args) {
+  if (!isAdmin()) {
+    show(h("section", { class: "panel" }, h("h1", {}, "Audit log"),
+      h("p", {}, "Reading the audit log needs an admin key; this one is read-only.")));
+    return;
+  }
+  const filters = Object.fromEntries(AUDIT_FILTERS.map((name) => [name, args.get(name) || ""]));
+  const offset = Number(args.get("offset") || 0);
+  const agents = await everything("/v1/agents", {});
+  const names = Object.fromEntries(agents.map((a) => [a.id, a.name]));
+  // datetime-local gives "2026-11-21T09:30" (or with seconds); the API wants an instant
+  const instant = (text) => (!text ? "" : /T\d\d:\d\d$/.test(text) ? `${text}:00Z` : `${text}Z`);
+  const params = { ...filters, from: instant(filters.from), to: instant(filters.to), offset,
+    limit: filters.limit || 50 };
+  const page = await api("GET", "/v1/audit-logs", { params });
+
+  const field = (label, control) => h("label", {}, h("span", {}, label), control);
+  const form = h("form", { id: "audit-filters", class: "filters", onsubmit: (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const chosen = {};
+    for (const name of AUDIT_FILTERS) if (data.get(name)) chosen[name] = data.get(name);
+    location.hash = `#/audit${query(chosen)}`;
+  } },
+  field("Agent", h("select", { name: "agent_id" }, h("option", { value: "" }, "any"),
+    agents.map((a) => h("option", { value: a.id, selected: a.id === filters.agent_id }, a.name)))),
+  field("Action", h("input", { name: "action", value: filters.action, placeholder: "authorize" })),
+  field("Tool", h("input", { name: "tool_name", value: filters.tool_name, placeholder: "exact name" })),
+  field("Result", h("select", { name: "result" }, ["", "allowed", "denied", "escalated"].map((r) =>
+    h("option", { value: r, selected: r === filters.result }, r || "any")))),
+  field("From (UTC)", h("input", { name: "from", type: "datetime-local", value: filters.from })),
+  field("To (UTC)", h("input", { name: "to", type: "datetime-local", value: filters.to })),
+  field("Per page", h("select", { name: "limit" }, ["25", "50", "100", "500", "1000"].map((n) =>
+    h("option", { value: n, selected: n === (filters.limit || "50") }, n)))),
+  h("div", { class: "actions" },
+    h("button", { type: "submit" }, "Apply filters"),
+    h("button", { type: "button", class: "secondary", onclick: () => { location.hash = "#/audit"; } }, "Clear"),
+    h("button", { type: "button", class: "secondary", id: "export", onclick: () => exportCsv(params) },
+      "Export CSV")));
+  show(h("section", { class: "panel" }, h("h1", {}, "Audit log"), form,
+    h("p", { id: "export-notice", class: "notice", hidden: true }),
+    page.data.length ? entriesTable(page.data, names) : h("p", { class: "muted" }, "No entries match."),
+    pager(page, (o) => { location.hash = `#/audit${query({ ...filters, offset: o })}`; })));
+}
+
+async function exportCsv(params) {
+  const notice = $("export-notice");
+  notice.hidden = true;
+  try {
+    const { limit, offset, ...filters } = params;
+    const response = await call("GET", "/v1/audit-logs/export", { params: filters });
+    if (!response.ok) {
+      const text = await response.text();
+      let body = null;
+      try { body = JSON.parse(text); } catch (_) { body = null; }
+      throw new ApiError(response.status, body, text.slice(0, 200));
+    }
+    const disposition = response.headers.get("Content-Disposition") || "";
+    const name = (disposition.match(/filename="([^"]+)"/) || [])[1] || "audit-log.csv";
+    const blob = await response.blob();
+    const link = h("a", { href: URL.createObjectURL(blob), download: name });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+    if (response.headers.get("X-Svc-Export-Truncated") === "true") {
+      const cap = response.headers.get("X-Svc-Export-Limit") || "5000";
+      notice.textContent = `The export was cut at ${cap} rows (the newest). Narrow From and To and export again for the rest.`;
+    } else {
+      notice.textContent = `Downloaded ${name}.`;
+    }
+    notice.hidden = false;
+  } catch (error) {
+    fail(error);
+  }
+}
+
+async function keysPage() {
+  if (!isAdmin()) {
+    show(h("section", { class: "panel" }, h("h1", {}, "API keys"),
+      h("p", {}, "Managing API keys needs an admin key; this one is read-only.")));
+    return;
+  }
+  const keys = await everything("/v1/api-keys", {});
+  const created = h("div", { id: "new-key", class: "panel notice", hidden: true });
+  const form = h("form", { id: "create-key", class: "filters", onsubmit: async (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const scopes = data.getAll("scopes");
+    const expiry = data.get("expires");
+    const body = { name: String(data.get("name") || "").trim(), scopes };
+    if (expiry) body.expiresAt = `${expiry}T23:59:59Z`;
+    try {
+      const key = await api("POST", "/v1/api-keys", { body });
+      await keysPage();
+      showNewKey($("new-key"), key);
+    } catch (error) {
+      fail(error);
+    }
+  } },
+  h("label", {}, h("span", {}, "Name"), h("input", { name: "name", required: true, maxlength: 255 })),
+  h("fieldset", {}, h("legend", {}, "Scopes"),
+    h("label", { class: "inline" }, h("input", { type: "checkbox", name: "scopes", value: "read-only", checked: true }), " read-only"),
+    h("label", { class: "inline" }, h("input", { type: "checkbox", name: "scopes", value: "admin" }), " admin")),
+  h("label", {}, h("span", {}, "Expires (end of day, UTC; optional)"), h("input", { name: "expires", type: "date" })),
+  h("div", { class: "actions" }, h("button", { type: "submit" }, "Create key")));
+  const rows = keys.map((key) => h("tr", { "data-key": key.name },
+    h("td", {}, key.name), h("td", { class: "mono" }, `${key.prefix}…`),
+    h("td", {}, key.scopes.join(", ")), h("td", { class: "nowrap" }, key.expiresAt ? when(key.expiresAt) : "never"),
+    h("td", { class: "nowrap" }, when(key.createdAt)),
+    h("td", { class: "actions" }, h("button", { type: "button", class: "danger", onclick: async () => {
+      const ok = await confirmAction(`Revoke key “${key.name}” (${key.prefix}…)? Every request made with it will be refused from now on.`, "Revoke");
+      if (!ok) return;
+      try {
+        await api("DELETE", `/v1/api-keys/${key.id}`);
+        say(`Key “${key.name}” revoked.`, "ok");
+        await keysPage();  // a key that revoked itself is signed out here, by its 401
+      } catch (error) {
+        fail(error);
+      }
+    } }, "Revoke"))));
+  show(h("section", { class: "panel" }, h("h1", {}, "API keys"), created,
+    h("div", { class: "scroll" }, h("table", { id: "keys" },
+      h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Prefix"), h("th", {}, "Scopes"),
+        h("th", {}, "Expires"), h("th", {}, "Created"), h("th", {}, ""))),
+      h("tbody", {}, rows)))),
+  h("section", { class: "panel" }, h("h2", {}, "Create a key"), form));
+}
+
+function showNewKey(box, key) {
+  const value = h("input", { id: "new-key-value", class: "mono", readonly: true, value: key.key });
+  const copy = h("button", { type: "button", id: "copy-key", onclick: async () => {
+    try {
+      await navigator.clipboard.writeText(key.key);
+    } catch (_) {
+      value.select();
+      document.execCommand("copy");
+    }
+    copy.textContent = "Copied";
+  } }, "Copy");
+  box.replaceChildren(
+    h("h2", {}, `Key “${key.name}” created`),
+    h("p", { class: "warning" }, "Copy this key now: it is shown only this once and cannot be recovered. Store it like a password."),
+    h("div", { class: "copy" }, value, copy));
+  box.hidden = false;
+}
+
+async function syncPage() {
+  const status = await api("GET", "/v1/sync-status");
+  const row = (label, value, id) => [h("dt", {}, label), h("dd", { id }, value)];
+  const result = status.result ? badge(status.result, status.result === "failed" ? "revoked" : "active")
+    : "never synced";
+  show(h("section", { class: "panel" }, h("h1", {}, "Policy repository sync"),
+    status.result === null
+      ? h("p", { class: "muted" }, "No repository has been applied to this workspace yet (agentauth apply or serve --repo).")
+      : null,
+    h("dl", { class: "facts", id: "sync" },
+      row("Source", status.source || "—"),
+      row("Last attempt", result),
+      row("Attempted revision", status.lastAttemptedRevision || "—", "attempted-revision"),
+      row("Attempted at", when(status.lastAttemptedAt)),
+      row("Applied revision (in force)", status.lastAppliedRevision || "—", "applied-revision"),
+      row("Applied at", when(status.lastAppliedAt)),
+      row("Error", status.error || "none", "sync-error"),
+      row("Changes", status.changes ? Object.entries(status.changes).map(([k, v]) => `${k}: ${v}`).join(", ") : "—"))));
+}
+
+// ---------------------------------------------------------------------------------- routing
+
+const PAGES = { agents: agentsPage, audit: auditPage, keys: keysPage, sync: syncPage };
+
+async function route() {
+  const key = sessionStorage.getItem(KEY_STORE);
+  $("nav").hidden = !key;
+  $("who").hidden = !key;
+  if (!key) {
+    signInPage();
+    return;
+  }
+  $("who-key").textContent = `${key.slice(0, 10)}…`;
+  $("who-scope").textContent = sessionStorage.getItem(SCOPE_STORE);
+  $("who-scope").className = `badge ${isAdmin() ? "active" : "suspended"}`;
+  const [path, search] = (location.hash.slice(1) || "/agents").split("?");
+  const parts = path.split("/").filter(Boolean);
+  const args = new URLSearchParams(search || "");
+  for (const link of document.querySelectorAll("#nav a")) {
+    link.classList.toggle("current", link.dataset.page === parts[0]);
+  }
+  try {
+    if (parts[0] === "agents" && parts[1]) await agentPage(parts[1]);
+    else await (PAGES[parts[0]] || agentsPage)(args);
+  } catch (error) {
+    fail(error);
+  }
+}
+
+window.addEventListener("hashchange", () => { clearMessage(); route(); });
+document.addEventListener("DOMContentLoaded", () => {
+  $("sign-out").addEventListener("click", () => signOut());
+  route();
+});

@@ -1,0 +1,419 @@
+"""The dashboard in a real browser: Debian's Chromium, driven by Playwright, against a real
+``agentauth serve`` on a free loopback port. Each test signs in to a workspace of its own.
+
+Screenshots of every page are written to ``$AGENTAUTH_SCREENSHOTS`` when it is set (``make
+screenshots`` sets it to docs/screenshots), else to the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from api import create_app
+from controller.apply import apply_files
+from controller.load import SourceFile
+from core.config import Settings
+from tests.api.test_export import append_entries
+from tests.conftest import FakeClock, Tenant, bearer
+from tests.controller.conftest import agent_doc
+from tests.server import running_server
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAPTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+expect.set_options(timeout=15_000)  # a hang guard for a loaded machine, not a speed check
+
+
+@pytest.fixture(scope="module")
+def base(database_url: str) -> Iterator[str]:
+    with running_server(database_url, workers=1, threads=4) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        if os.environ.get("AGENTAUTH_REQUIRE_BROWSER"):
+            pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
+        pytest.skip(f"browser tests need {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser, base: str) -> Iterator[Page]:
+    context = browser.new_context(viewport=LAPTOP, base_url=base, accept_downloads=True)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    yield tab
+    context.close()
+    # an API refusal the page shows is expected; a script error or a CSP violation is not
+    assert [e for e in errors if "status of 4" not in e] == []
+
+
+class World:
+    """A workspace of the test's own, seeded through the public API of the served app."""
+
+    def __init__(self, database_url: str, base: str) -> None:
+        self.database_url = database_url
+        self.base = base
+        self.name = f"dash-{secrets.token_hex(5)}"
+        self.app = create_app(Settings(database_url=database_url, rate_limit_per_minute=100_000))
+        self.clock = FakeClock()
+        self.tenant = Tenant(self.app, self.name, self.clock)
+        self.admin = self.tenant.key("admin")
+        self.http = httpx.Client(base_url=base, headers=bearer(self.admin), timeout=30)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        response = self.http.post(path, json=body)
+        assert response.status_code in (200, 201), response.text
+        return response.json()
+
+    def agent(self, name: str, *policies: dict[str, Any]) -> str:
+        agent_id: str = self.post("/v1/agents", {"name": name, "description": f"{name} bot"})["id"]
+        for policy in policies:
+            self.post("/v1/policies", {"agent_id": agent_id, **policy})
+        return agent_id
+
+    def decide(self, agent_id: str, tool: str, **parameters: Any) -> Any:
+        body = {"agent_id": agent_id, "tool_name": tool, "parameters": parameters}
+        return self.post("/v1/authorize", body)
+
+    def close(self) -> None:
+        self.http.close()
+        self.app.extensions["agentauth"].db.dispose()
+
+
+@pytest.fixture
+def world(database_url: str, base: str) -> Iterator[World]:
+    made = World(database_url, base)
+    yield made
+    made.close()
+
+
+def sign_in(page: Page, key: str) -> None:
+    page.goto("/dashboard/")
+    page.locator("#key-input").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#who")).to_be_visible()
+
+
+def screenshot(page: Page, name: str, tmp_path: Path) -> None:
+    folder = Path(os.environ.get("AGENTAUTH_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+
+def confirm(page: Page, label: str) -> None:
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_be_visible()
+    dialog.get_by_role("button", name=label).click()
+    expect(dialog).to_be_hidden()
+
+
+ALLOW_CALENDAR = {
+    "name": "calendar",
+    "rules": [{"type": "tool_allowlist", "tools": ["calendar.*"]}],
+}
+
+
+# ------------------------------------------------------------------------------------ tests
+
+
+def test_sign_in_then_suspend_an_agent_and_the_next_call_is_denied(page, world, tmp_path):
+    agent = world.agent("scheduler", ALLOW_CALENDAR)
+    assert world.decide(agent, "calendar.create")["allowed"] is True
+    page.goto("/dashboard/")
+    expect(page.locator("#sign-in")).to_be_visible()
+    screenshot(page, "sign-in", tmp_path)
+    sign_in(page, world.admin)
+
+    row = page.locator("tr[data-agent='scheduler']")
+    expect(row.locator(".badge")).to_have_text("active")
+    screenshot(page, "agents", tmp_path)
+    row.get_by_role("button", name="Suspend").click()
+    expect(page.locator("#confirm-text")).to_contain_text("Suspend agent “scheduler”?")
+    confirm(page, "Suspend")
+    expect(row.locator(".badge")).to_have_text("suspended")
+    expect(page.locator("#message")).to_have_text("Agent “scheduler” is now suspended.")
+
+    decision = world.decide(agent, "calendar.create")
+    assert decision["allowed"] is False
+    assert "suspended" in decision["reason"]
+
+    row.get_by_role("button", name="Reactivate").click()
+    confirm(page, "Reactivate")
+    expect(row.locator(".badge")).to_have_text("active")
+    assert world.decide(agent, "calendar.create")["allowed"] is True
+
+
+def test_cancelling_the_confirmation_changes_nothing(page, world):
+    agent = world.agent("keeper", ALLOW_CALENDAR)
+    sign_in(page, world.admin)
+    row = page.locator("tr[data-agent='keeper']")
+    row.get_by_role("button", name="Revoke").click()
+    page.locator("dialog#confirm").get_by_role("button", name="Cancel").click()
+    expect(page.locator("dialog#confirm")).to_be_hidden()
+    assert world.http.get(f"/v1/agents/{agent}").json()["status"] == "active"
+    expect(row.locator(".badge")).to_have_text("active")
+
+
+def test_agent_detail_shows_policies_in_evaluation_order_with_readable_rules(page, world, tmp_path):
+    rules = [
+        {"type": "tool_allowlist", "tools": ["payments.*"]},
+        {"type": "parameter_constraint", "tools": ["payments.refund"],
+         "parameters": {"amount": {"max": 100}, "currency": {"enum": ["EUR", "USD"]}}},
+        {"type": "rate_limit", "rateLimit": {"maxCalls": 100, "windowSeconds": 60}},
+        {"type": "time_based", "timeWindow": {"allowedDays": [1, 2, 3, 4, 5],
+         "allowedHours": list(range(9, 17)), "timezone": "Europe/Berlin"}},
+    ]  # fmt: skip
+    agent = world.agent(
+        "refunds",
+        {"name": "low", "priority": 1, "rules": [{"type": "tool_allowlist", "tools": ["*"]}]},
+        {"name": "payments", "priority": 50, "rules": rules},
+        {"name": "off", "priority": 90, "enabled": False,
+         "rules": [{"type": "tool_denylist", "tools": ["payments.delete"]}]},
+    )  # fmt: skip
+    world.decide(agent, "payments.refund", amount=500, currency="EUR")
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="refunds").click()
+
+    policies = page.locator("#policies tbody tr")
+    expect(policies).to_have_count(3)
+    expect(policies.nth(0)).to_contain_text("off")  # priority 90, disabled: listed, not counted
+    expect(policies.nth(0).locator(".badge")).to_have_text("disabled")
+    expect(policies.nth(1).locator("td").first).to_have_text("1")
+    expect(policies.nth(1)).to_contain_text("payments")
+    expect(policies.nth(2).locator("td").first).to_have_text("2")
+    readable = policies.nth(1).locator("ol.rules li")
+    expect(readable).to_have_text(
+        [
+            "allow payments.*",
+            "deny if amount > 100; deny if currency not in {EUR, USD} (on payments.refund)",
+            "max 100 calls / 60 s",
+            "Mon-Fri 09-17 Europe/Berlin",
+        ]
+    )
+    expect(policies.nth(2).locator("ol.rules li")).to_have_text(["allow all tools"])
+    expect(policies.nth(1).locator("td").last).to_have_text("API")
+    entries = page.locator("#entries tbody tr")
+    expect(entries).to_have_count(1)
+    expect(entries.first).to_contain_text("payments.refund")
+    expect(entries.first).to_contain_text("denied")
+    screenshot(page, "agent", tmp_path)
+
+
+def test_policies_applied_from_git_are_marked_and_the_sync_page_shows_revisions(
+    page, world, tmp_path
+):
+    files = [
+        SourceFile("agents/mailer.yaml", agent_doc("mailer", "description: sends mail").encode()),
+        SourceFile(
+            "policies/mail.yaml",
+            b"apiVersion: agentauth/v1\nkind: Policy\nmetadata: {name: mail}\n"
+            b"spec:\n  agent: mailer\n  rules:\n    - type: tool_allowlist\n"
+            b"      tools: [mail.read]\n",
+        ),
+    ]
+    db = world.app.extensions["agentauth"].db
+    result = apply_files(
+        db, files, "3f2a9c1", "git@example.com:ops/policies.git", workspace=world.name
+    )
+    assert result.ok, result
+    broken = [SourceFile("agents/mailer.yaml", b"kind: [unclosed\n")]
+    apply_files(db, broken, "77e01bd", "git@example.com:ops/policies.git", workspace=world.name)
+
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="mailer").click()
+    expect(page.locator("#policies tbody tr td").last).to_have_text("git")
+    page.get_by_role("link", name="Sync").click()
+    expect(page.locator("#applied-revision")).to_have_text("3f2a9c1")
+    expect(page.locator("#attempted-revision")).to_have_text("77e01bd")
+    expect(page.locator("#sync-error")).to_contain_text("agents/mailer.yaml")
+    screenshot(page, "sync", tmp_path)
+
+
+def test_filter_the_audit_log_page_through_it_and_export_the_same_file_as_the_api(
+    page, world, tmp_path
+):
+    agent = world.agent("auditor-subject", ALLOW_CALENDAR)
+    other = world.agent("bystander", ALLOW_CALENDAR)
+    for n in range(30):
+        world.decide(agent, "mail.send" if n % 3 == 0 else "calendar.create", n=n, token="hunter2")
+    world.decide(other, "mail.send")
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="Audit log").click()
+    form = page.locator("#audit-filters")
+    form.locator("select[name=agent_id]").select_option(label="auditor-subject")
+    form.locator("select[name=result]").select_option("denied")
+    form.locator("select[name=limit]").select_option("25")
+    form.get_by_role("button", name="Apply filters").click()
+
+    rows = page.locator("#entries tbody tr")
+    expect(rows).to_have_count(10)
+    expect(page.locator(".pager .count")).to_have_text("1\u201310 of 10")
+    for text in rows.all_inner_texts():
+        missing = [w for w in ("mail.send", "denied", "auditor-subject") if w not in text]
+        assert missing == [], text
+    rows.first.locator("summary").click()
+    expect(rows.first.locator("pre")).to_contain_text('"token": "[REDACTED]"')
+    screenshot(page, "audit", tmp_path)
+
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export CSV").click()
+    saved = Path(download.value.path()).read_bytes()
+    assert download.value.suggested_filename.startswith("svc-audit-log-")
+    expect(page.locator("#export-notice")).to_contain_text("Downloaded svc-audit-log-")
+    query = {"agent_id": agent, "result": "denied"}
+    assert saved == world.http.get("/v1/audit-logs/export", params=query).content
+    parsed = list(csv.reader(io.StringIO(saved.decode("utf-8-sig"))))
+    assert parsed[0][:3] == ["Timestamp", "Agent ID", "Tool"]
+    assert len(parsed) == 11
+
+    # paging: all 31 entries of the workspace, 25 a page
+    page.goto("/dashboard/#/audit?limit=25")
+    expect(page.locator(".pager .count")).to_have_text("1\u201325 of 31")
+    page.get_by_role("button", name="Older →").click()
+    expect(page.locator(".pager .count")).to_have_text("26\u201331 of 31")
+    expect(rows).to_have_count(6)
+
+
+def test_an_export_cut_at_5000_rows_says_so(page, world):
+    agent = world.agent("busy", ALLOW_CALENDAR)
+    append_entries(world.app, world.tenant, world.clock, agent, 5001)
+    sign_in(page, world.admin)
+    page.goto("/dashboard/#/audit")
+    expect(page.locator(".pager .count")).to_have_text("1\u201350 of 5001")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export CSV").click()
+    lines = Path(download.value.path()).read_text(encoding="utf-8-sig").splitlines()
+    assert len(lines) == 5001  # the header and 5,000 entries
+    expect(page.locator("#export-notice")).to_contain_text("cut at 5000 rows")
+
+
+def test_create_a_key_with_an_expiry_copy_it_once_and_see_it_listed(page, world, tmp_path):
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="API keys").click()
+    form = page.locator("#create-key")
+    form.locator("input[name=name]").fill("ci-deployer")
+    form.locator("input[value=admin]").check()
+    form.locator("input[name=expires]").fill("2031-03-31")
+    form.get_by_role("button", name="Create key").click()
+
+    shown = page.locator("#new-key-value")
+    expect(shown).to_have_value(re.compile(r"^svc_[0-9a-f]{32}$"))
+    key = shown.input_value()
+    expect(page.locator("#new-key .warning")).to_contain_text("shown only this once")
+    page.locator("#copy-key").click()
+    expect(page.locator("#copy-key")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == key
+    row = page.locator("tr[data-key='ci-deployer']")
+    expect(row).to_contain_text("2031-03-31 23:59:59 UTC")
+    expect(row).to_contain_text("admin, read-only")
+    expect(row).to_contain_text(key[:10])
+    assert key not in page.locator("#keys").inner_text()
+    screenshot(page, "keys", tmp_path)
+    assert httpx.get(f"{world.base}/v1/agents", headers=bearer(key)).status_code == 200
+
+    # shown once: after a reload the list has it, the page does not
+    page.reload()
+    expect(row).to_be_visible()
+    assert key not in page.content()
+
+    row.get_by_role("button", name="Revoke").click()
+    confirm(page, "Revoke")
+    expect(row).to_have_count(0)
+    assert httpx.get(f"{world.base}/v1/agents", headers=bearer(key)).status_code == 401
+
+
+def test_a_read_only_key_sees_no_mutation_controls_and_the_api_refuses_anyway(page, world):
+    agent = world.agent("watched", ALLOW_CALENDAR)
+    reader = world.tenant.key("read-only")
+    sign_in(page, reader)
+    expect(page.locator("#who-scope")).to_have_text("read-only")
+    expect(page.locator("tr[data-agent='watched']")).to_be_visible()
+    assert page.locator("main button").all_inner_texts() == ["← Newer", "Older →"]
+    page.get_by_role("link", name="watched").click()
+    expect(page.locator("#policies")).to_be_visible()
+    assert page.locator("main button").count() == 0
+    page.get_by_role("link", name="API keys").click()
+    expect(page.locator("main")).to_contain_text("needs an admin key")
+    assert page.locator("main form, main button").count() == 0
+    page.get_by_role("link", name="Audit log").click()
+    expect(page.locator("main")).to_contain_text("needs an admin key")
+    refused = httpx.patch(
+        f"{world.base}/v1/agents/{agent}", json={"status": "suspended"}, headers=bearer(reader)
+    )
+    assert refused.status_code == 403
+
+
+def test_errors_from_the_api_are_shown_in_words(page, world):
+    page.goto("/dashboard/")
+    page.locator("#key-input").fill("svc_" + "0" * 32)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#message")).to_have_text(
+        "This key was refused: invalid or revoked API key"
+    )
+    page.locator("#key-input").fill("not a key")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#message")).to_contain_text("That is not an API key")
+
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="API keys").click()
+    form = page.locator("#create-key")
+    form.locator("input[name=name]").fill("no-scopes")
+    form.locator("input[value=read-only]").uncheck()
+    form.get_by_role("button", name="Create key").click()
+    expect(page.locator("#message")).to_contain_text("The service answered 400 VALIDATION_ERROR")
+    expect(page.locator("#message")).to_contain_text("scopes")
+
+    page.goto("/dashboard/#/agents/00000000-0000-4000-8000-000000000000")
+    expect(page.locator("#message")).to_contain_text("404 AGENT_NOT_FOUND")
+
+
+def test_the_key_stays_in_session_storage_only_and_goes_on_sign_out(page, world, base):
+    world.agent("a", ALLOW_CALENDAR)
+    sign_in(page, world.admin)
+    for route in ("#/agents", "#/audit", "#/keys", "#/sync"):
+        page.goto(f"/dashboard/{route}")
+        expect(page.locator("main h1")).to_be_visible()
+        assert world.admin not in page.url
+    assert page.evaluate("localStorage.length") == 0
+    assert page.evaluate("document.cookie") == ""
+    assert page.evaluate("sessionStorage.getItem('agentauth.key')") == world.admin
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#sign-in")).to_be_visible()
+    assert page.evaluate("sessionStorage.length") == 0
+    # a new tab of the same browser starts signed out: nothing outlives the tab
+    other = page.context.new_page()
+    other.goto(f"{base}/dashboard/")
+    expect(other.locator("#sign-in")).to_be_visible()
+
+
+@pytest.mark.parametrize("route", ["#/agents", "#/audit", "#/keys", "#/sync", "agent"])
+def test_every_page_fits_a_phone_screen(browser, base, world, route):
+    agent = world.agent("a-rather-long-agent-name-for-a-small-screen", ALLOW_CALENDAR)
+    world.decide(agent, "calendar.create", title="standup with a long title")
+    context = browser.new_context(viewport=PHONE, base_url=base, is_mobile=True)
+    phone = context.new_page()
+    sign_in(phone, world.admin)
+    phone.goto(f"/dashboard/{f'#/agents/{agent}' if route == 'agent' else route}")
+    expect(phone.locator("main h1")).to_be_visible()
+    assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    context.close()
