@@ -90,11 +90,11 @@ class _ScannedBody:
                 SCANNER.scan((tail + chunk).decode("utf-8", "replace"), self._where)
                 tail = (tail + chunk)[-_TAIL:]
             yield chunk
-
-    def close(self) -> None:
-        if self._creation:
+        if self._creation:  # learnt here: not every client closes the body it has read
             for key in FULL_KEY.findall(self._seen.decode("utf-8", "replace")):
                 SCANNER.issue(key)
+
+    def close(self) -> None:
         close: Callable[[], None] | None = getattr(self._body, "close", None)
         if close is not None:
             close()
