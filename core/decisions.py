@@ -33,6 +33,7 @@ from core.engine import (
 from core.keys import Principal
 from core.limits import CounterStore
 from core.recorder import Batch
+from core.redaction import scrub
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Outcome:
         body: dict[str, Any] = {
             "allowed": d.allowed,
             "outcome": d.outcome,
-            "reason": d.reason,
+            "reason": scrub(d.reason),  # as audited: a key in the tool name is never echoed
             "policyId": d.policy_id,
             "ruleIndex": d.rule_index,
             "auditId": self.audit_id,

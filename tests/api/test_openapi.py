@@ -22,8 +22,8 @@ def test_every_route_of_the_app_is_documented(app, client):
         for method in ops
     }
     for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static":
-            continue
+        if rule.endpoint == "static" or rule.endpoint.startswith("dashboard."):
+            continue  # files, not API: the dashboard page is a client of the documented API
         path = rule.rule.replace("<agent_id>", "{id}").replace("<policy_id>", "{id}")
         path = path.replace("<key_id>", "{id}")
         for method in rule.methods - {"HEAD", "OPTIONS"}:
