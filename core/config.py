@@ -23,7 +23,8 @@ class Settings:
 
     ``sqlite_synchronous``: ``FULL`` (default) makes every acknowledged decision survive a power
     loss; ``NORMAL`` is faster but may lose the last committed transactions on power loss (not
-    on a process crash).
+    on a process crash). ``sqlite_busy_timeout_ms``: how long a write waits for SQLite's write
+    lock while another process holds it, before the request fails with 500.
     """
 
     database_url: str = DEFAULT_DATABASE_URL
@@ -42,6 +43,7 @@ class Settings:
             database_url=env.get("AGENTAUTH_DATABASE_URL") or DEFAULT_DATABASE_URL,
             rate_limit_per_minute=_int(env, "AGENTAUTH_RATE_LIMIT_PER_MINUTE", 600),
             sqlite_synchronous=env.get("AGENTAUTH_SQLITE_SYNCHRONOUS", "FULL").upper(),
+            sqlite_busy_timeout_ms=_int(env, "AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS", 30_000),
             cache_dir=env.get("AGENTAUTH_CACHE_DIR", _default_cache_dir(env)),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
@@ -52,6 +54,8 @@ class Settings:
         """Refuse settings that cannot work, with a message naming the variable."""
         if self.rate_limit_per_minute < 1:
             raise ConfigError("AGENTAUTH_RATE_LIMIT_PER_MINUTE must be at least 1")
+        if self.sqlite_busy_timeout_ms < 0:
+            raise ConfigError("AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS must not be negative")
         if self.sqlite_synchronous not in SQLITE_SYNC_MODES:
             raise ConfigError(
                 "AGENTAUTH_SQLITE_SYNCHRONOUS must be one of " + ", ".join(SQLITE_SYNC_MODES)

@@ -9,7 +9,11 @@ own (one failing job does not take the others down), and commits once. Under loa
 N fsyncs into one; alone, a job waits for nothing.
 
 The writer talks to the driver directly, with statements written out for SQLite and
-PostgreSQL: on this path SQLAlchemy's per-statement machinery costs more than the SQL.
+PostgreSQL: on this path SQLAlchemy's per-statement machinery costs more than the SQL. It keeps
+its connection from batch to batch, out of the pool and so never pinged: when that connection
+turns out broken (the database restarted, a proxy or firewall dropped it while the process was
+idle) before the batch's COMMIT was sent, nothing of the batch can have been committed, and it
+runs once more on a new connection instead of failing decisions the database could take.
 Called by ``core.decisions``; nothing else writes through it.
 """
 
@@ -33,6 +37,8 @@ from core.limits import UPSERT_SQL
 log = logging.getLogger("agentauth.recorder")
 T = TypeVar("T")
 MAX_BATCH = 256
+#: how long a batch waits for SQLite's write lock when no setting says otherwise
+LOCK_WAIT_SECONDS = 30.0
 _AUDIT_COLUMNS = (
     "id", "workspace_id", "agent_id", "agent_ref", "key_id", "action", "tool_name",
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
@@ -91,13 +97,24 @@ class Batch:
 Job = Callable[[Batch], Any]
 
 
+class _StaleConnection(Exception):
+    """The connection kept from an earlier batch was found broken before this batch's COMMIT
+    was sent: the batch may run again on a new one."""
+
+
 class Recorder:
     """The writer thread of one process for one database."""
 
-    def __init__(self, engine: Engine, write_lock: threading.Lock | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        write_lock: threading.Lock | None,
+        lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+    ) -> None:
         self._engine = engine
         self._sqlite = engine.dialect.name == "sqlite"
         self._write_lock = write_lock
+        self._lock_wait = lock_wait_seconds
         self._queue: queue.SimpleQueue[tuple[Job, Future[Any]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -145,11 +162,12 @@ class Recorder:
     def _commit_batch(self, jobs: list[tuple[Job, Future[Any]]]) -> None:
         results: list[tuple[Future[Any], bool, Any]] = []
         try:
-            if self._write_lock is not None:
-                with self._write_lock:
-                    self._transaction(jobs, results)
-            else:
-                self._transaction(jobs, results)
+            try:
+                self._locked_transaction(jobs, results)
+            except _StaleConnection:  # nothing of the batch was committed: once more, anew
+                log.warning("the database connection was lost; running the batch on a new one")
+                self._drop_connection()
+                self._locked_transaction(jobs, results)
         except Exception as exc:  # the commit failed: nobody in the batch is acknowledged
             log.error("decision batch of %d could not be committed", len(jobs), exc_info=exc)
             self._drop_connection()
@@ -162,9 +180,18 @@ class Recorder:
             else:
                 future.set_exception(value)
 
+    def _locked_transaction(self, jobs: list[tuple[Job, Future[Any]]], results: list[Any]) -> None:
+        if self._write_lock is not None:
+            with self._write_lock:
+                self._transaction(jobs, results)
+        else:
+            self._transaction(jobs, results)
+
     def _transaction(self, jobs: list[tuple[Job, Future[Any]]], results: list[Any]) -> None:
+        reused = self._connection is not None
         connection = self._connect()
         cursor = connection.cursor()
+        committing = False
         try:
             self._begin(cursor)
             batch = Batch(cursor, self._engine.dialect, self._sqlite)
@@ -178,13 +205,16 @@ class Recorder:
                 else:
                     batch.release(mark)
                     results.append((future, True, value))
+            committing = True  # from here on, a failure may hide a commit that happened
             if self._sqlite:
                 cursor.execute("COMMIT")
             else:
                 connection.commit()
-        except BaseException:
+        except BaseException as exc:
             results.clear()
             self._rollback(connection, cursor)
+            if reused and not committing and self._is_disconnect(exc, connection, cursor):
+                raise _StaleConnection from exc
             raise
         finally:
             cursor.close()
@@ -192,7 +222,7 @@ class Recorder:
     def _begin(self, cursor: Any) -> None:
         if not self._sqlite:
             return  # psycopg opens the transaction itself
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self._lock_wait
         while True:
             try:
                 cursor.execute("BEGIN IMMEDIATE")
@@ -210,6 +240,12 @@ class Recorder:
                 connection.rollback()
         except Exception:
             log.warning("rollback after a failed decision batch failed too")
+
+    def _is_disconnect(self, exc: BaseException, connection: Any, cursor: Any) -> bool:
+        dbapi = self._engine.dialect.loaded_dbapi
+        return isinstance(exc, dbapi.Error) and bool(
+            self._engine.dialect.is_disconnect(exc, connection.driver_connection, cursor)
+        )
 
     def _connect(self) -> Any:
         if self._connection is None:

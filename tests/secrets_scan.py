@@ -6,8 +6,7 @@ Over the whole run it reads, as they happen:
   not), whatever test made the request;
 - every log record of the test process (``agentauth.*`` at INFO and up, everything else at
   WARNING and up), with its exception text;
-- the logs of every real server the tests start (:mod:`tests.server`);
-- the text of every failing test's exception;
+- the logs of every real server the tests start (:mod:`tests.server`), exceptions included;
 
 and at the end every text column of the run's shared database (audit entries, policies,
 agents, keys, sync status).
@@ -201,11 +200,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     SCANNER.current_test = item.nodeid
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.failed:
-        SCANNER.scan(report.longreprtext, "test failure text")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

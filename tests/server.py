@@ -1,5 +1,11 @@
 """A real ``agentauth serve`` in a child process, on a free loopback port, for tests that need
-several worker processes or a real HTTP client. Stopped by its PID when the test ends."""
+several worker processes or a real HTTP client. Stopped by its PID when the test ends.
+
+:func:`running_server` stops the server gracefully. :func:`server_process` is for tests that
+kill it: the server runs in a session of its own, so its workers can still be found by PID
+after a SIGKILL of the master has orphaned them, and every one of them is gone when the block
+ends.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -19,6 +26,7 @@ import httpx
 from tests.secrets_scan import scan_server_log
 
 STARTUP_SECONDS = 30
+KILL_SECONDS = 10
 
 
 def free_port() -> int:
@@ -33,11 +41,8 @@ def running_server(
 ) -> Iterator[str]:
     """Yields the base URL once /healthz answers; SIGTERM (then SIGKILL) on exit."""
     port = free_port()
-    command = [
-        sys.executable, "-m", "controller", "serve", "--host", "127.0.0.1", "--port", str(port),
-        "--db", database_url, "--workers", str(workers), "--threads", str(threads),
-    ]  # fmt: skip
-    log = Path(tempfile.gettempdir()) / f"agentauth-test-server-{port}.log"
+    command = _command(database_url, port, workers, threads)
+    log = _log_path(port)
     with log.open("wb") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
@@ -51,6 +56,17 @@ def running_server(
         if log.exists():
             scan_server_log(log.read_text(errors="replace"))
         log.unlink(missing_ok=True)
+
+
+def _command(database_url: str, port: int, workers: int, threads: int) -> list[str]:
+    return [
+        sys.executable, "-m", "controller", "serve", "--host", "127.0.0.1", "--port", str(port),
+        "--db", database_url, "--workers", str(workers), "--threads", str(threads),
+    ]  # fmt: skip
+
+
+def _log_path(port: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"agentauth-test-server-{port}.log"
 
 
 def _wait_until_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
@@ -77,3 +93,116 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
+
+
+@dataclass
+class ServerProcess:
+    """A server started by :func:`server_process`: its gunicorn master and whatever it forks."""
+
+    process: subprocess.Popen[bytes]
+    base: str
+    log: Path
+
+    @property
+    def master(self) -> int:
+        return self.process.pid
+
+    def pids(self) -> list[int]:
+        """The live processes of this server: the master (while alive) and every process of
+        its session, its workers included, even once the master's death has orphaned them."""
+        return session_members(self.master)
+
+    def workers(self) -> list[int]:
+        """The master's live child processes (gunicorn's workers)."""
+        return [pid for pid, ppid, _ in _processes() if ppid == self.master]
+
+    def kill(self) -> list[int]:
+        """SIGKILL to the master and to every worker, by PID, master first (so no worker is
+        replaced); returns the PIDs killed once none of them, nor any late fork, is alive."""
+        killed: list[int] = []
+        deadline = time.monotonic() + KILL_SECONDS
+        while pids := self.pids():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server processes {pids} survived SIGKILL")
+            for pid in pids:
+                _signal(pid, signal.SIGKILL)
+                killed.append(pid)
+            self.process.poll()  # reap the master, so it does not linger as a zombie
+            time.sleep(0.01)  # polling for the kernel to finish the kill, bounded above
+        self.process.wait(timeout=KILL_SECONDS)
+        return sorted(set(killed), key=killed.index)
+
+    def stop(self) -> None:
+        """SIGTERM to the master (in-flight requests finish), then SIGKILL, by PID, to anything
+        of the server still alive: a master that did not stop, or workers it orphaned."""
+        if self.process.poll() is None:
+            _signal(self.master, signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):  # then killed below
+                self.process.wait(timeout=30)
+        if self.pids():
+            self.kill()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@contextmanager
+def server_process(
+    database_url: str, *, workers: int = 2, threads: int = 4, env: dict[str, str] | None = None
+) -> Iterator[ServerProcess]:
+    """Like :func:`running_server`, but yields the :class:`ServerProcess` (once all its workers
+    are up), which the test may kill; on exit every process of the server is stopped, whatever
+    happened."""
+    port = free_port()
+    log = _log_path(port)
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            _command(database_url, port, workers, threads),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # its session id is the master's PID: see session_members
+        )
+    server = ServerProcess(process, f"http://127.0.0.1:{port}", log)
+    try:
+        _wait_until_healthy(server.base, process, log)
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while len(server.workers()) < workers:  # the first worker may answer before the last forks
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start {workers} workers:\n{server.log_text()}")
+            time.sleep(0.01)  # polling for the forks, bounded by the deadline
+        yield server
+    finally:
+        try:
+            server.stop()
+            if log.exists():
+                scan_server_log(log.read_text(errors="replace"))
+        finally:
+            log.unlink(missing_ok=True)
+
+
+def session_members(session: int) -> list[int]:
+    """Live (not zombie) processes whose session id is ``session``, the leader first."""
+    members = [pid for pid, _, sid in _processes() if sid == session]
+    return sorted(members, key=lambda pid: (pid != session, pid))
+
+
+def _processes() -> Iterator[tuple[int, int, int]]:
+    """(pid, parent pid, session id) of every live process, read from /proc."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # it exited while we looked
+        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] in ("Z", "X"):
+            continue  # dead, only waiting to be reaped
+        yield int(entry.name), int(fields[1]), int(fields[3])
+
+
+def _signal(pid: int, signum: int) -> None:
+    with suppress(ProcessLookupError):  # already gone
+        os.kill(pid, signum)

@@ -10,6 +10,7 @@ errors are translated into :class:`core.errors.StorageError` at this boundary.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -58,7 +59,9 @@ class Database:
         self._writer = sessionmaker(bind=self._write_engine, expire_on_commit=False)
         from core.recorder import Recorder  # it needs the models, which need this package
 
-        self.recorder = Recorder(self.engine, self._write_lock)
+        self.recorder = Recorder(
+            self.engine, self._write_lock, settings.sqlite_busy_timeout_ms / 1000
+        )
 
     @contextmanager
     def transaction(self, *, write: bool = False, snapshot: bool = False) -> Iterator[Session]:
@@ -133,7 +136,11 @@ def _configure_sqlite(engine: Engine, settings: Settings) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "")
         # straight to the driver: this runs for every transaction, and going through
         # SQLAlchemy's execution machinery would cost more than the statement
-        connection.connection.driver_connection.execute(f"BEGIN {mode}".strip())
+        statement = f"BEGIN {mode}".strip()
+        try:
+            connection.connection.driver_connection.execute(statement)
+        except sqlite3.Error as exc:  # e.g. locked: must reach callers as SQLAlchemy's error
+            raise DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
 
 
 def check_connection(db: Database) -> None:

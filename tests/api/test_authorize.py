@@ -69,9 +69,7 @@ def test_default_deny_is_200_with_null_policy(client, admin_headers, agent):
     assert (entry["result"], entry["policyId"]) == ("denied", None)
 
 
-def test_a_key_in_the_tool_name_is_masked_in_the_answer_as_in_the_log(
-    client, admin_headers, agent
-):
+def test_a_key_in_the_tool_name_is_masked_in_the_answer_as_in_the_log(client, admin_headers, agent):
     """The reason names the tool; a key pasted into the tool name must not travel back in it
     (the guard shows the reason to the agent, and to whatever model runs it)."""
     planted = "svc_" + "5e" * 16
