@@ -24,6 +24,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.config import Settings
 from core.errors import ConfigError, StorageError
 
+_PG_NETWORK = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
 
 def normalize_url(url: str) -> str:
     """``postgresql://`` and ``postgres://`` mean the psycopg 3 driver."""
@@ -47,7 +55,11 @@ class Database:
             raise ConfigError("the database URL must be sqlite:///... or postgresql://...")
         kwargs: dict[str, Any] = {"pool_pre_ping": not self.is_sqlite}
         if not self.is_sqlite:
-            kwargs.update(pool_size=5, max_overflow=10)
+            # a connect to a host that went silent fails in 10 s, and a connection whose peer
+            # vanished without a word is found dead by TCP keepalives within about a minute,
+            # instead of holding a request forever; the URL's own values win
+            network = {k: v for k, v in _PG_NETWORK.items() if k not in parsed.query}
+            kwargs.update(pool_size=5, max_overflow=10, connect_args=network)
         self.engine: Engine = create_engine(url, **kwargs)
         if self.is_sqlite:
             _configure_sqlite(self.engine, settings)
