@@ -2,9 +2,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
+FUZZ_EXAMPLES ?= 1000
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-pg lint format types imports check bench screenshots clean
+.PHONY: help install run test test-pg fuzz lint format types imports check bench screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,6 +24,11 @@ test: install ## run the tests on SQLite
 
 test-pg: install ## run the tests on the PostgreSQL at $(PG_TEST_URL)
 	AGENTAUTH_TEST_DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -q
+
+fuzz: install ## schemathesis, long: $(FUZZ_EXAMPLES) requests per operation, a random seed
+	@seed=$${AGENTAUTH_FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
+	echo "fuzzing with AGENTAUTH_FUZZ_SEED=$$seed AGENTAUTH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)"; \
+	AGENTAUTH_FUZZ_SEED=$$seed AGENTAUTH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/fuzz
 
 lint: install ## ruff lint and format check
 	$(VENV)/bin/ruff check .

@@ -47,7 +47,8 @@ def requires(scope: Scope) -> Callable[[F], F]:
 
 def takes_query(*names: str) -> Callable[[F], F]:
     """The query parameters a view reads; any other one is refused with 400 before it runs,
-    so ``?dry_run=1`` on a DELETE can never be silently ignored."""
+    so ``?dry_run=1`` on a DELETE can never be silently ignored. So is a value holding a NUL
+    character, which no stored text can (PostgreSQL refuses it outright)."""
 
     def mark(view: F) -> F:
         view._agentauth_query = frozenset(names)  # type: ignore[attr-defined]
@@ -64,8 +65,11 @@ def check_query() -> None:
     for name in request.args:
         if name not in accepted:
             raise ValidationError.field(name, "unknown query parameter")
-        if len(request.args.getlist(name)) > 1:
+        values = request.args.getlist(name)
+        if len(values) > 1:
             raise ValidationError.field(name, "must be given at most once")
+        if "\x00" in values[0]:
+            raise ValidationError.field(name, "must not contain NUL characters")
 
 
 def _view() -> Any:

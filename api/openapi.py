@@ -157,8 +157,8 @@ def document() -> dict[str, Any]:
     }
     filters = [
         _q("agent_id", ref("common.uuid")),
-        _q("action", {"type": "string"}),
-        _q("tool_name", {"type": "string"}),
+        _q("action", ref("common.text")),
+        _q("tool_name", ref("common.text")),
         _q("result", {"enum": ["allowed", "denied", "escalated"]}),
         _q("from", {"type": "string", "format": "date-time"}),
         _q("to", {"type": "string", "format": "date-time"}),

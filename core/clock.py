@@ -18,10 +18,17 @@ def isoformat(moment: datetime) -> str:
 
 
 def parse_instant(text: str) -> datetime:
-    """An ISO 8601 date-time; without an offset it is UTC. Raises ValueError."""
+    """An ISO 8601 date-time (RFC 3339's ``t`` and ``z`` in either case); without an offset it
+    is UTC. One that falls before year 1 or after year 9999 once in UTC (such as
+    ``0001-01-01T00:00:00+01:00``) is the first or the last instant a datetime holds. Raises
+    ValueError."""
     if not isinstance(text, str) or not 10 <= len(text) <= 64:
         raise ValueError("not an ISO 8601 date-time")
-    moment = datetime.fromisoformat(text)
+    moment = datetime.fromisoformat(text.upper())
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        edge = datetime.min if moment.year == 1 else datetime.max
+        return edge.replace(tzinfo=UTC)

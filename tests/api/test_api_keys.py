@@ -76,9 +76,22 @@ def test_every_key_is_different(client, admin_headers):
         ("2026-12-31T19:00:00-05:00", datetime(2027, 1, 1, tzinfo=UTC)),
         ("2027-01-01T00:00:00", datetime(2027, 1, 1, tzinfo=UTC)),
         ("2027-01-01T00:00:00.250000Z", datetime(2027, 1, 1, 0, 0, 0, 250000, tzinfo=UTC)),
+        ("2027-01-01t00:00:00z", datetime(2027, 1, 1, tzinfo=UTC)),
+        # after the end of year 9999 in UTC: the last instant there is (was 500)
+        ("9999-12-31T23:00:00-05:00", datetime.max.replace(tzinfo=UTC)),
         (None, None),
     ],
-    ids=["utc-z", "utc-offset", "positive-offset", "negative-offset", "naive-is-utc", "ms", "null"],
+    ids=[
+        "utc-z",
+        "utc-offset",
+        "positive-offset",
+        "negative-offset",
+        "naive-is-utc",
+        "ms",
+        "rfc-3339-lower-case",
+        "after-year-9999-in-utc",
+        "null",
+    ],
 )
 def test_create_keeps_the_expiry_in_utc(client, admin_headers, given, expected):
     created = create_key(client, admin_headers, expiresAt=given)

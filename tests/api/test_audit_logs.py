@@ -142,6 +142,23 @@ def test_from_and_to_accept_any_iso_8601_offset(client, admin_headers, history, 
     assert labelled(history, body) == ["b-read"]
 
 
+def test_from_and_to_take_rfc_3339_lower_case_t_and_z(client, admin_headers, history):
+    moment = isoformat(history["at"]["b-read"]).replace("T", "t").replace("Z", "z")
+    body = logs(client, admin_headers, **{"from": moment, "to": moment})
+    assert labelled(history, body) == ["b-read"]
+
+
+def test_from_and_to_take_instants_beyond_the_years_1_to_9999_in_utc(
+    client, admin_headers, history
+):
+    """Valid date-times whose instant is before year 1 or after year 9999 in UTC (were 500)."""
+    every = logs(client, admin_headers)
+    query = {"from": "0001-01-01T00:00:00+01:00", "to": "9999-12-31T23:00:00-05:00"}
+    assert logs(client, admin_headers, **query) == every
+    assert logs(client, admin_headers, to=query["from"])["data"] == []
+    assert logs(client, admin_headers, **{"from": query["to"]})["data"] == []
+
+
 def test_unknown_but_well_formed_agent_id_gives_empty_list(client, admin_headers, history):
     body = logs(client, admin_headers, agent_id="00000000-0000-4000-8000-000000000000")
     assert body["data"] == []
@@ -167,6 +184,9 @@ def test_agent_id_filter_ignores_case(client, admin_headers, history):
         pytest.param({"from": "notadate"}, id="from-notadate"),
         pytest.param({"to": "notadate"}, id="to-notadate"),
         pytest.param({"from": "2026-13-01T00:00:00Z"}, id="from-month-13"),
+        # no stored text holds a NUL; PostgreSQL refused the query outright (was 500 there)
+        pytest.param({"action": "authorize\x00"}, id="action-nul"),
+        pytest.param({"tool_name": "\x00"}, id="tool-name-nul"),
         pytest.param({"limit": "0"}, id="limit-0"),
         pytest.param({"limit": "1001"}, id="limit-1001"),
         pytest.param({"limit": "-1"}, id="limit-negative"),

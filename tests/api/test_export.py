@@ -190,6 +190,7 @@ def test_filters_are_honoured(client, admin_headers, history, query, count):
         pytest.param({"result": "maybe"}, id="result-maybe"),
         pytest.param({"from": "notadate"}, id="from-notadate"),
         pytest.param({"to": "notadate"}, id="to-notadate"),
+        pytest.param({"tool_name": "calendar\x00"}, id="tool-name-nul"),
         pytest.param({"unknown": "1"}, id="unknown-parameter"),
         pytest.param({"limit": "10"}, id="limit-not-accepted"),
         pytest.param({"offset": "10"}, id="offset-not-accepted"),

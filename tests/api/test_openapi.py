@@ -40,3 +40,22 @@ def test_request_bodies_are_the_schema_files(client):
     for file in FILES:
         for name in load_schema(file).get("$defs", {}):
             assert f"{file.removesuffix('.json')}.{name}" in components
+
+
+def test_the_document_states_the_rules_the_service_enforces_on_strings(client):
+    """Found by the schemathesis run (tests/fuzz): each was a valid request by the document
+    that the service refused."""
+    doc = client.get("/v1/openapi.json").json
+    components = doc["components"]["schemas"]
+    no_nul = components["common.text"]["pattern"]
+    for name in ("common.name", "common.description", "policy.toolPattern"):
+        assert components[name]["pattern"] == no_nul, name
+    constraint = components["policy.parameterConstraint"]["properties"]
+    assert constraint["regex"]["format"] == "re2"
+    assert constraint["enum"]["items"] == {"$ref": "#/components/schemas/common.text"}
+    zone = components["policy.timeWindow"]["properties"]["timezone"]
+    assert zone["format"] == "iana-time-zone"
+    expiry = components["api-key.create"]["properties"]["expiresAt"]
+    assert expiry["format"] == "date-time"
+    filters = {p["name"]: p["schema"] for p in doc["paths"]["/v1/audit-logs"]["get"]["parameters"]}
+    assert filters["action"] == filters["tool_name"] == {"$ref": "#/components/schemas/common.text"}

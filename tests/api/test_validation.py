@@ -466,6 +466,8 @@ API_KEY_BAD = {
     "expiresAt-not-a-date": ("expiresAt", "tomorrow", "expiresAt"),
     "expiresAt-impossible-date": ("expiresAt", "2027-02-30T00:00:00Z", "expiresAt"),
     "expiresAt-bad-offset": ("expiresAt", "2027-01-01T00:00:00+25:00", "expiresAt"),
+    # a valid date-time whose instant is before year 1 in UTC: past (was 500)
+    "expiresAt-before-year-1-in-utc": ("expiresAt", "0001-01-01T00:00:00+01:00", "expiresAt"),
     "expiresAt-empty": ("expiresAt", "", "expiresAt"),
     "expiresAt-number": ("expiresAt", 1893456000, "expiresAt"),
     "unknown-field": ("bogus", 1, "bogus"),

@@ -59,9 +59,13 @@ def test_the_quick_check_accepts_ordinary_requests(tool):
 # --- valid documents, built from the schemas' own vocabulary ----------------------------------
 
 
+#: the contract's strings hold no NUL (names, descriptions, tool patterns, regexes, enum values)
+TEXT = st.characters(exclude_characters="\x00")
+
+
 def _text(low: int, high: int) -> st.SearchStrategy[str]:
     """Short strings within [low, high] characters, and the longest allowed one."""
-    return st.text(min_size=low, max_size=min(high, 12)) | st.just("é" * high)
+    return st.text(TEXT, min_size=low, max_size=min(high, 12)) | st.just("é" * high)
 
 
 numbers = st.integers() | st.floats()  # NaN and infinities are JSON Schema numbers too
@@ -71,7 +75,7 @@ constraints = st.fixed_dictionaries(
     {},
     optional={
         "regex": _text(0, 128),
-        "enum": st.lists(st.text(max_size=6), min_size=1, max_size=4) | st.just(["v"] * 100),
+        "enum": st.lists(st.text(TEXT, max_size=6), min_size=1, max_size=4) | st.just(["v"] * 100),
         "min": numbers,
         "max": numbers,
     },
@@ -342,6 +346,12 @@ NEAR_MISSES = [
     (("priority",), 1000.0, True), (("priority",), 1001, False), (("priority",), False, False),
     (("enabled",), 1, False), (("agent",), "", False), (("agent",), "x" * 255, True),
     (("agent",), "x" * 256, False), (("agent",), REMOVE, False), (("extra",), None, False),
+    # no NUL in any string of the contract
+    (("agent",), "a\x00", False), (("rules", 0, "tools"), ["a\x00b"], False),
+    (("rules", 2, "parameters", "a\x00"), {"min": 0}, False),
+    (("rules", 2, "parameters", "note", "regex"), "\x00", False),
+    (("rules", 2, "parameters", "currency", "enum"), ["EUR", "\x00"], False),
+    (("rules", 2, "parameters", "currency", "enum"), ["\x01\u2028\U0001f600"], True),
 ]  # fmt: skip
 DOCUMENT_MISSES = [
     (("kind",), "Agent", False), (("kind",), "PolicyTest", False), (("kind",), "policy", False),
