@@ -145,6 +145,10 @@ def add_rate_headers(response: Response) -> Response:
     slot: KeySlot | None = g.get("key_slot")
     if slot is None:
         return response
+    if not slot.taken and response.status_code >= 500:
+        # the service failed this request: it is not charged to the key, and an unavailable
+        # database is not waited for a second time just to count it
+        return response
     if not slot.taken:  # a deferred slot the view never reached (it failed first) still counts
         try:
             with services().db.connect(write=True) as connection:

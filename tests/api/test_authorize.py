@@ -232,6 +232,9 @@ def test_fails_closed_when_the_audit_entry_cannot_be_written(
     with db.transaction(write=True) as session:
         for statement in _failing_insert_trigger(db.is_sqlite, name, workspace.id):
             session.execute(text(statement))
+    remaining = int(
+        client.get("/v1/agents", headers=admin_headers).headers["X-RateLimit-Remaining"]
+    )
     try:
         body = {"agent_id": agent["id"], "tool_name": "calendar.create"}
         response = client.post("/v1/authorize", json=body, headers=admin_headers)
@@ -244,6 +247,9 @@ def test_fails_closed_when_the_audit_entry_cannot_be_written(
             session.execute(
                 text(f"DROP TRIGGER {name}" + ("" if db.is_sqlite else " ON audit_log"))
             )
+    # the service's failure is not charged to the key: only this next request is
+    after = client.get("/v1/agents", headers=admin_headers).headers["X-RateLimit-Remaining"]
+    assert int(after) == remaining - 1
     # nothing was recorded and the failed call consumed no rate-limit slot
     assert audit_entries(client, admin_headers) == []
     assert ask(client, admin_headers, agent["id"], "calendar.create")["allowed"] is True

@@ -55,6 +55,8 @@ def test_authorize_fails_closed_while_the_database_is_down_and_recovers_by_itsel
         processes = server.pids()
         run = _serve_through_outage(server.base, key, agent_id, outage)
         assert server.pids() == processes, "a server process was replaced: that is no recovery"
+        # a failed call is not charged to its key: nothing waits on the database again for it
+        assert "could not count a failed request" not in server.log_text()
 
     down = [a for a in run.traffic.answers if a.answered_in == "down"]
     print(  # the figures, shown when the test fails (or under -s)
