@@ -163,21 +163,20 @@ def authorize(
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
     agent = reads.agent(agent_id, caller.workspace_id)
-    active = agent is not None and agent.status == AgentStatus.ACTIVE
-    compiled = cache.policies(db, agent) if agent is not None and active else []
+    if agent is None:
+        decided: Decision | None = deny_unknown_agent(agent_id)
+    elif agent.status != AgentStatus.ACTIVE:
+        decided = deny_agent_status(agent.status)
+    else:
+        compiled = cache.policies(db, agent)
+        try:  # decided here, off the write lock, unless a rate_limit rule must be consulted
+            decided = evaluate(compiled, tool_name, parameters, now, _no_counters)
+        except _NeedsCounters:
+            decided = None
 
-    def record(batch: Batch) -> Outcome:
-        if on_transaction is not None:
-            on_transaction(batch)
-        if agent is None:
-            decision = deny_unknown_agent(agent_id)
-        elif not active:
-            decision = deny_agent_status(agent.status)
-        else:
-            decision = evaluate(compiled, tool_name, parameters, now, BatchCounters(batch))
+    def entry(decision: Decision) -> tuple[Outcome, dict[str, Any]]:
         latency_ms = round((time.perf_counter() - received) * 1000, 3)
-        audit_id = audit.append(
-            batch,
+        row = audit.entry(
             workspace_id=caller.workspace_id,
             agent_id=agent_id,
             agent_exists=agent is not None,
@@ -191,6 +190,36 @@ def authorize(
             latency_ms=latency_ms,
             timestamp=now,
         )
-        return Outcome(decision, audit_id, latency_ms)
+        return Outcome(decision, row["id"], latency_ms), row
+
+    if decided is not None:  # the audit row too is made before the hand-off
+        outcome, row = entry(decided)
+        values = db.recorder.statements.audit_values(row)
+
+        def record(batch: Batch) -> Outcome:
+            if on_transaction is not None:
+                on_transaction(batch)
+            batch.insert_audit(values)
+            return outcome
+
+    else:
+
+        def record(batch: Batch) -> Outcome:
+            if on_transaction is not None:
+                on_transaction(batch)
+            decision = evaluate(compiled, tool_name, parameters, now, BatchCounters(batch))
+            outcome, row = entry(decision)
+            batch.append_audit(row)
+            return outcome
 
     return db.recorder.run(record)
+
+
+class _NeedsCounters(Exception):
+    """The decision depends on rate-limit counters: it is taken inside the transaction."""
+
+
+def _no_counters(limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
+    if limits:
+        raise _NeedsCounters
+    return None
