@@ -30,7 +30,7 @@ def authorize() -> dict[str, Any]:
             body,
             now(),
             g.received,
-            reader=reader(),
+            reads=reader(),
             on_transaction=key_slot().take,
         )
     except StorageError:

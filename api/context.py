@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 
 from flask import current_app, g
-from sqlalchemy import Connection
 
 from core.clock import Clock
 from core.config import Settings
 from core.db import Database
 from core.decisions import PolicyCache
 from core.keys import Principal
+from core.reads import Reads
 
 
 @dataclass(frozen=True)
@@ -35,22 +34,19 @@ def principal() -> Principal:
     return found
 
 
-def reader() -> Connection:
-    """One read connection per request, opened on first use and closed when the request ends
-    (the key lookup and the decision's reads share it)."""
-    if "reader" not in g:
-        stack = ExitStack()
-        g.reader = stack.enter_context(services().db.connect())
-        g.reader_stack = stack
-    connection: Connection = g.reader
-    return connection
+def reader() -> Reads:
+    """The request's hot-path reads (key, agent), on one pooled driver connection taken on
+    first use and given back when the request ends."""
+    reads: Reads | None = g.get("reads")
+    if reads is None:
+        reads = g.reads = Reads(services().db.engine)
+    return reads
 
 
 def close_reader(_error: BaseException | None = None) -> None:
-    stack: ExitStack | None = g.pop("reader_stack", None)
-    g.pop("reader", None)
-    if stack is not None:
-        stack.close()
+    reads: Reads | None = g.pop("reads", None)
+    if reads is not None:
+        reads.close()
 
 
 def now() -> datetime:

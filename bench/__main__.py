@@ -270,8 +270,8 @@ def run_profile(requests: int, threads: int) -> None:
     print_table(["phase", "µs/request", "share", "calls/request"], rows)
     print(
         "Rows with no calls/request are differences: a phase minus the rows timed inside it. "
-        "The writer thread's rows are part of the recorder round trip, during which the "
-        "request thread waits.\n"
+        "The batch transaction runs on the request thread itself (the recorder has no thread "
+        "of its own: the caller that finds no batch under way commits it).\n"
     )
     if profile.missing:
         print(f"Not measured (not found in the app): {', '.join(profile.missing)}.\n")
@@ -295,9 +295,9 @@ def run_profile(requests: int, threads: int) -> None:
             f"requests, no timers), as a gunicorn worker is under load: {c.micros:,.0f} µs of "
             f"wall time and {c.cpu_micros:,.0f} µs of CPU per request "
             f"({1e6 / c.micros:,.0f} req/s), {c.batch_size:.2f} "
-            f"decisions per group transaction, a batch takes {c.batch_micros:,.0f} µs on the "
-            f"writer thread and holds the write lock {c.lock_micros * c.batch_size:,.0f} µs "
-            f"({c.lock_micros:,.0f} µs per decision). What the writer sends to the driver, "
+            f"decisions per group transaction, a batch takes {c.batch_micros:,.0f} µs on its "
+            f"leading thread and holds the write lock {c.lock_micros * c.batch_size:,.0f} µs "
+            f"({c.lock_micros:,.0f} µs per decision). What a batch sends to the driver, "
             "alone and with the other threads running (wall time per call, so it includes "
             "waiting to get the GIL back after the call released it):\n"
         )
@@ -324,9 +324,8 @@ def run_profile(requests: int, threads: int) -> None:
             rows,
         )
     print(
-        "cProfile (a fresh app, no timers; the writer thread's profile merged in), top "
-        "functions by own time, µs per request (cProfile inflates Python-heavy code; "
-        "`acquire` of `_thread.lock` is mostly the request thread waiting for the writer):\n"
+        "cProfile (a fresh app, no timers, one thread), top functions by own time, µs per "
+        "request (cProfile inflates Python-heavy code):\n"
     )
     print_table(
         ["function", "own µs", "cumulative µs"],

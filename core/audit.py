@@ -22,7 +22,6 @@ from core import ids
 from core.clock import isoformat
 from core.db.models import AuditEntry
 from core.paging import Page, paginate
-from core.recorder import Batch
 from core.redaction import redact, scrub
 
 RESULTS = ("allowed", "denied", "escalated")
@@ -46,8 +45,7 @@ class Filters:
 _INSERT = insert(AuditEntry)
 
 
-def append(
-    db: Session | Connection | Batch,
+def entry(
     *,
     workspace_id: str,
     agent_id: str,
@@ -61,12 +59,12 @@ def append(
     reason: str,
     latency_ms: float,
     timestamp: datetime,
-) -> str:
-    """Write one entry (parameters redacted, API keys scrubbed from every text); its id.
-    Decisions write through a group-commit :class:`Batch`; anything else through SQLAlchemy."""
-    entry_id = ids.new_sortable_id()
-    row = {
-        "id": entry_id,
+) -> dict[str, Any]:
+    """One entry's row, with a new id: parameters redacted, API keys scrubbed from every text.
+    Decisions write it through a group-commit batch (``core.recorder``); anything else through
+    :func:`append`."""
+    return {
+        "id": ids.new_sortable_id(),
         "workspace_id": workspace_id,
         "agent_id": agent_id,
         "agent_ref": agent_id if agent_exists else None,
@@ -81,11 +79,14 @@ def append(
         "latency_ms": latency_ms,
         "timestamp": timestamp,
     }
-    if isinstance(db, Batch):
-        db.append_audit(row)
-    else:
-        db.execute(_INSERT, row)
-    return entry_id
+
+
+def append(db: Session | Connection, **fields: Any) -> str:
+    """Write one entry (see :func:`entry`); its id."""
+    row = entry(**fields)
+    db.execute(_INSERT, row)
+    id_: str = row["id"]
+    return id_
 
 
 def _select(workspace_id: str, filters: Filters) -> Select[AuditEntry]:

@@ -20,7 +20,7 @@ from core import audit
 from core.agents import AgentStatus
 from core.compiler import compile_policy
 from core.db import Database
-from core.db.models import Agent, Policy
+from core.db.models import Policy
 from core.engine import (
     CompiledPolicy,
     Decision,
@@ -32,6 +32,7 @@ from core.engine import (
 )
 from core.keys import Principal
 from core.limits import CounterStore
+from core.reads import AgentRow, Reads
 from core.recorder import Batch
 from core.redaction import scrub
 
@@ -75,13 +76,16 @@ class PolicyCache:
         self._max = max_agents
         self._lock = threading.Lock()
 
-    def policies(self, connection: Connection, agent: Any) -> list[CompiledPolicy]:
-        """``agent``: a row with id, created_at and policy_version."""
+    def policies(self, db: Database, agent: AgentRow) -> list[CompiledPolicy]:
+        """The agent's policies as of ``agent.policy_version`` or later: on a miss they are
+        read after the agent row was, so what is stored under a version is never older than
+        it (a newer set stored under an older version is replaced at the next call)."""
         version = (agent.created_at, agent.policy_version)
         found = self._entries.get(agent.id)
         if found is not None and found[0] == version:
             return found[1]
-        compiled = load_policies(connection, agent.id)
+        with db.connect() as connection:
+            compiled = load_policies(connection, agent.id)
         with self._lock:
             if len(self._entries) >= self._max:
                 self._entries.clear()  # crude but bounded; recompiling is cheap
@@ -89,11 +93,7 @@ class PolicyCache:
         return compiled
 
 
-_AGENTS = Agent.__table__
 _POLICIES = Policy.__table__
-_AGENT = select(
-    _AGENTS.c.id, _AGENTS.c.status, _AGENTS.c.policy_version, _AGENTS.c.created_at
-).where(_AGENTS.c.id == bindparam("id"), _AGENTS.c.workspace_id == bindparam("workspace_id"))
 _ENABLED_POLICIES = select(
     _POLICIES.c.id,
     _POLICIES.c.name,
@@ -146,12 +146,12 @@ def authorize(
     now: datetime,
     received: float,
     *,
-    reader: Connection,
+    reads: Reads,
     on_transaction: Callable[[CounterStore], None] | None = None,
 ) -> Outcome:
     """Decide and record. ``received`` is the ``time.perf_counter()`` reading taken when the
-    request arrived; ``body`` is a valid authorize request; ``reader`` a connection in a read
-    transaction (snapshot) for the agent and its policies. ``on_transaction`` runs first
+    request arrived; ``body`` is a valid authorize request; ``reads`` the request's reads (the
+    agent row). ``on_transaction`` runs first
     inside the decision's transaction (the API counts the request against its key there).
 
     The agent and its policies are read first, without the write lock (a policy change
@@ -162,22 +162,21 @@ def authorize(
     agent_id = body["agent_id"].lower()
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
-    agent = reader.execute(_AGENT, {"id": agent_id, "workspace_id": caller.workspace_id}).first()
-    active = agent is not None and agent.status == AgentStatus.ACTIVE
-    compiled = cache.policies(reader, agent) if active else []
+    agent = reads.agent(agent_id, caller.workspace_id)
+    if agent is None:
+        decided: Decision | None = deny_unknown_agent(agent_id)
+    elif agent.status != AgentStatus.ACTIVE:
+        decided = deny_agent_status(agent.status)
+    else:
+        compiled = cache.policies(db, agent)
+        try:  # decided here, off the write lock, unless a rate_limit rule must be consulted
+            decided = evaluate(compiled, tool_name, parameters, now, _no_counters)
+        except _NeedsCounters:
+            decided = None
 
-    def record(batch: Batch) -> Outcome:
-        if on_transaction is not None:
-            on_transaction(batch)
-        if agent is None:
-            decision = deny_unknown_agent(agent_id)
-        elif not active:
-            decision = deny_agent_status(agent.status)
-        else:
-            decision = evaluate(compiled, tool_name, parameters, now, BatchCounters(batch))
+    def entry(decision: Decision) -> tuple[Outcome, dict[str, Any]]:
         latency_ms = round((time.perf_counter() - received) * 1000, 3)
-        audit_id = audit.append(
-            batch,
+        row = audit.entry(
             workspace_id=caller.workspace_id,
             agent_id=agent_id,
             agent_exists=agent is not None,
@@ -191,6 +190,36 @@ def authorize(
             latency_ms=latency_ms,
             timestamp=now,
         )
-        return Outcome(decision, audit_id, latency_ms)
+        return Outcome(decision, row["id"], latency_ms), row
+
+    if decided is not None:  # the audit row too is made before the hand-off
+        outcome, row = entry(decided)
+        values = db.recorder.statements.audit_values(row)
+
+        def record(batch: Batch) -> Outcome:
+            if on_transaction is not None:
+                on_transaction(batch)
+            batch.insert_audit(values)
+            return outcome
+
+    else:
+
+        def record(batch: Batch) -> Outcome:
+            if on_transaction is not None:
+                on_transaction(batch)
+            decision = evaluate(compiled, tool_name, parameters, now, BatchCounters(batch))
+            outcome, row = entry(decision)
+            batch.append_audit(row)
+            return outcome
 
     return db.recorder.run(record)
+
+
+class _NeedsCounters(Exception):
+    """The decision depends on rate-limit counters: it is taken inside the transaction."""
+
+
+def _no_counters(limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
+    if limits:
+        raise _NeedsCounters
+    return None

@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core import ids
@@ -23,6 +23,7 @@ from core.clock import isoformat
 from core.db.models import ApiKey, Workspace
 from core.errors import ApiKeyExpired, ApiKeyNotFound, Unauthorized, ValidationError
 from core.paging import Page, paginate
+from core.reads import Reads
 
 KEY_PATTERN = re.compile(r"svc_[0-9a-f]{32}")
 #: finds this service's keys inside any text (for redaction)
@@ -87,23 +88,17 @@ def issue_key(
     return row, key
 
 
-_KEYS = ApiKey.__table__
-_LOOKUP = select(
-    _KEYS.c.id, _KEYS.c.workspace_id, _KEYS.c.scopes, _KEYS.c.expires_at, _KEYS.c.revoked_at
-).where(_KEYS.c.key_hash == bindparam("key_hash"))
-
-
-def authenticate(db: Session | Connection, header: str | None, now: datetime) -> Principal:
+def authenticate(reads: Reads, header: str | None, now: datetime) -> Principal:
     """The caller behind an ``Authorization: Bearer svc_...`` header, or Unauthorized /
-    ApiKeyExpired. Runs on every request, hence a prebuilt Core statement."""
+    ApiKeyExpired. Runs on every request, hence a read straight through the driver."""
     if not header:
         raise Unauthorized("missing API key: send Authorization: Bearer <key>")
     scheme, _, key = header.partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not KEY_PATTERN.fullmatch(key):
         raise Unauthorized("malformed API key: expected Authorization: Bearer svc_<32 hex>")
-    row = db.execute(_LOOKUP, {"key_hash": hash_key(key)}).first()
-    if row is None or row.revoked_at is not None:
+    row = reads.api_key(hash_key(key))
+    if row is None or row.revoked:
         raise Unauthorized("invalid or revoked API key")
     if row.expires_at is not None and row.expires_at <= now:
         raise ApiKeyExpired()

@@ -3,12 +3,16 @@ rate-limit counters, audit entry) share one transaction and one durable commit.
 
 Each request thread hands its write work to :meth:`Recorder.run` as a job and blocks until the
 transaction holding it has committed, so nothing is acknowledged before it is durable and a
-failed commit fails every job in it (the callers answer 500, never an allow). A single writer
-thread per process takes every job queued at that moment, runs each inside a savepoint of its
-own (one failing job does not take the others down), and commits once. Under load this turns
-N fsyncs into one; alone, a job waits for nothing.
+failed commit fails every job in it (the callers answer 500, never an allow). There is no
+writer thread: the caller that finds no batch under way leads one, taking every job queued at
+that moment, and when it is done wakes the first job that queued meanwhile to lead the next
+(leader/follower: no hand-off between threads on the way in or out). A batch runs its jobs one
+after the other and keeps their audit rows for one ``executemany``; should a job fail after it
+changed something, or the rows fail to insert, the batch runs again with a savepoint per job, so
+one failing job does not take the others down. Under load this turns N fsyncs into one; alone,
+a job waits for nothing.
 
-The writer talks to the driver directly, with statements written out for SQLite and
+The leader talks to the driver directly, with statements written out for SQLite and
 PostgreSQL: on this path SQLAlchemy's per-statement machinery costs more than the SQL. It keeps
 its connection from batch to batch, out of the pool and so never pinged: when that connection
 turns out broken (the database restarted, a proxy or firewall dropped it while the process was
@@ -20,13 +24,11 @@ Called by ``core.decisions``; nothing else writes through it.
 from __future__ import annotations
 
 import logging
-import queue
 import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Engine
 
@@ -49,36 +51,70 @@ _INSERT = "INSERT INTO audit_log ({}) VALUES ({})".format(  # noqa: S608
 )
 
 
-class Batch:
-    """What a job may do inside the shared transaction."""
+class Statements:
+    """The recorder's SQL in the driver's parameter style, and how audit values are bound."""
 
-    def __init__(self, cursor: Any, dialect: Any, sqlite: bool) -> None:
-        self._cursor = cursor
-        self._sqlite = sqlite
+    def __init__(self, dialect: Any) -> None:
+        sqlite = dialect.name == "sqlite"
         # sqlite3 takes :name parameters as written; psycopg wants %(name)s
-        self._upsert = UPSERT_SQL if sqlite else re.sub(r":(\w+)", r"%(\1)s", UPSERT_SQL)
-        self._insert = _INSERT if sqlite else _INSERT.replace("?", "%s")
+        self.upsert = UPSERT_SQL if sqlite else re.sub(r":(\w+)", r"%(\1)s", UPSERT_SQL)
+        self.insert = _INSERT if sqlite else _INSERT.replace("?", "%s")
         columns = AuditEntry.__table__.c
-        self._processors = {
+        processors = {
             name: columns[name].type.dialect_impl(dialect).bind_processor(dialect)
             for name in ("parameters", "timestamp")
         }
+        self.processors = tuple(processors.get(column) for column in _AUDIT_COLUMNS)
+
+    def audit_values(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        """An audit row as the driver takes it (JSON text, naive UTC timestamp, ...)."""
+        return tuple(
+            row[column] if process is None else process(row[column])
+            for column, process in zip(_AUDIT_COLUMNS, self.processors, strict=True)
+        )
+
+
+class Batch:
+    """What a job may do inside the shared transaction.
+
+    ``deferred``: audit rows are kept and sent in one ``executemany`` by :meth:`flush`, after
+    every job ran; ``writes`` counts what a job changed, so a job that failed before changing
+    anything can fail alone without a savepoint of its own.
+    """
+
+    def __init__(self, cursor: Any, statements: Statements, deferred: bool) -> None:
+        self._cursor = cursor
+        self._sql = statements
+        self._rows: list[tuple[Any, ...]] | None = [] if deferred else None
         self._savepoints = 0
+        self.writes = 0
 
     def consume(self, name: str, window_start: int, maximum: int) -> int | None:
-        """One slot of a fixed-window counter (see core.limits); None when it is full."""
+        """One slot of a fixed-window counter (see core.limits); None when it is full (and
+        then nothing was changed)."""
         params = {"name": name, "window_start": window_start, "maximum": maximum}
-        self._cursor.execute(self._upsert, params)
+        self._cursor.execute(self._sql.upsert, params)
         row = self._cursor.fetchone()
-        return None if row is None else int(row[0])
+        if row is None:
+            return None
+        self.writes += 1
+        return int(row[0])
 
     def append_audit(self, row: dict[str, Any]) -> None:
-        values = []
-        for column in _AUDIT_COLUMNS:
-            value = row[column]
-            process = self._processors.get(column)
-            values.append(process(value) if process is not None else value)
-        self._cursor.execute(self._insert, values)
+        self.insert_audit(self._sql.audit_values(row))
+
+    def insert_audit(self, values: tuple[Any, ...]) -> None:
+        """An audit row already made by :meth:`Statements.audit_values`."""
+        self.writes += 1
+        if self._rows is not None:
+            self._rows.append(values)
+        else:
+            self._cursor.execute(self._sql.insert, values)
+
+    def flush(self) -> None:
+        if self._rows:
+            self._cursor.executemany(self._sql.insert, self._rows)
+            self._rows.clear()
 
     def savepoint(self) -> str:
         self._savepoints += 1
@@ -97,13 +133,44 @@ class Batch:
 Job = Callable[[Batch], Any]
 
 
+class _Entry:
+    """One job waiting for its batch: its lock is held until the job's result is in, or until
+    this job's thread is to lead the next batch."""
+
+    __slots__ = ("_done", "job", "leads", "ok", "value")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.ok = False
+        self.value: Any = None
+        self.leads = False
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def settle(self, ok: bool, value: Any) -> None:
+        self.ok, self.value = ok, value
+        self._done.release()
+
+    def wake_to_lead(self) -> None:
+        self.leads = True
+        self._done.release()
+
+    def wait(self) -> None:
+        self._done.acquire()
+
+    def result(self) -> Any:
+        if self.ok:
+            return self.value
+        raise self.value
+
+
 class _StaleConnection(Exception):
     """The connection kept from an earlier batch was found broken before this batch's COMMIT
     was sent: the batch may run again on a new one."""
 
 
 class Recorder:
-    """The writer thread of one process for one database."""
+    """Group commit for one process and one database, led by the callers themselves."""
 
     def __init__(
         self,
@@ -115,52 +182,49 @@ class Recorder:
         self._sqlite = engine.dialect.name == "sqlite"
         self._write_lock = write_lock
         self._lock_wait = lock_wait_seconds
-        self._queue: queue.SimpleQueue[tuple[Job, Future[Any]] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self.statements = Statements(engine.dialect)
+        self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
+        self._mutex = threading.Lock()
+        self._pending: list[_Entry] = []
+        self._leading = False
         self._connection: Any = None
 
     def run(self, job: Callable[[Batch], T]) -> T:
-        """Run ``job`` in the next group transaction; its result once that has committed."""
-        self._ensure_started()
-        future: Future[T] = Future()
-        self._queue.put((job, future))
-        return future.result()
+        """Run ``job`` in the next group transaction; its result once that has committed.
+
+        The caller that finds no batch under way commits the waiting jobs itself, its own
+        first; the others wait for their result, or to be woken to lead the next batch.
+        """
+        entry = _Entry(job)
+        with self._mutex:
+            self._pending.append(entry)
+            leads = not self._leading
+            self._leading = True
+        if not leads:
+            entry.wait()
+            if not entry.leads:
+                return cast(T, entry.result())
+        self._lead()
+        return cast(T, entry.result())
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=30)
-            self._thread = None
-        self._drop_connection()  # never back to the pool: it was tuned for this thread
+        self._drop_connection()  # never back to the pool: it was tuned for the recorder
 
-    def _ensure_started(self) -> None:
-        if self._thread is None:
-            with self._start_lock:
-                if self._thread is None:
-                    thread = threading.Thread(target=self._loop, name="recorder", daemon=True)
-                    thread.start()
-                    self._thread = thread
-
-    def _loop(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            jobs = [first]
-            while len(jobs) < MAX_BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._queue.put(None)  # stop after this batch
-                    break
-                jobs.append(more)
+    def _lead(self) -> None:
+        with self._mutex:
+            jobs = self._pending[:MAX_BATCH]
+            del self._pending[:MAX_BATCH]
+        try:
             self._commit_batch(jobs)
+        finally:
+            with self._mutex:
+                if self._pending:
+                    self._pending[0].wake_to_lead()
+                else:
+                    self._leading = False
 
-    def _commit_batch(self, jobs: list[tuple[Job, Future[Any]]]) -> None:
-        results: list[tuple[Future[Any], bool, Any]] = []
+    def _commit_batch(self, jobs: list[_Entry]) -> None:
+        results: list[tuple[_Entry, bool, Any]] = []
         try:
             try:
                 self._locked_transaction(jobs, results)
@@ -171,40 +235,31 @@ class Recorder:
         except Exception as exc:  # the commit failed: nobody in the batch is acknowledged
             log.error("decision batch of %d could not be committed", len(jobs), exc_info=exc)
             self._drop_connection()
-            for _, future in jobs:
-                future.set_exception(StorageError("the decision could not be recorded"))
+            for entry in jobs:
+                entry.settle(False, StorageError("the decision could not be recorded"))
             return
-        for future, ok, value in results:
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+        for entry, ok, value in results:
+            entry.settle(ok, value)
 
-    def _locked_transaction(self, jobs: list[tuple[Job, Future[Any]]], results: list[Any]) -> None:
+    def _locked_transaction(self, jobs: list[_Entry], results: list[Any]) -> None:
         if self._write_lock is not None:
             with self._write_lock:
                 self._transaction(jobs, results)
         else:
             self._transaction(jobs, results)
 
-    def _transaction(self, jobs: list[tuple[Job, Future[Any]]], results: list[Any]) -> None:
+    def _transaction(self, jobs: list[_Entry], results: list[Any]) -> None:
         reused = self._connection is not None
         connection = self._connect()
         cursor = connection.cursor()
         committing = False
         try:
             self._begin(cursor)
-            batch = Batch(cursor, self._engine.dialect, self._sqlite)
-            for job, future in jobs:
-                mark = batch.savepoint()
-                try:
-                    value = job(batch)
-                except Exception as exc:  # this job alone fails
-                    batch.rollback_to(mark)
-                    results.append((future, False, exc))
-                else:
-                    batch.release(mark)
-                    results.append((future, True, value))
+            if not self._run_together(cursor, jobs, results):
+                results.clear()
+                self._rollback(connection, cursor)
+                self._begin(cursor)
+                self._run_apart(cursor, jobs, results)
             committing = True  # from here on, a failure may hide a commit that happened
             if self._sqlite:
                 cursor.execute("COMMIT")
@@ -218,6 +273,43 @@ class Recorder:
             raise
         finally:
             cursor.close()
+
+    def _run_together(self, cursor: Any, jobs: list[_Entry], results: list[Any]) -> bool:
+        """The common case, in as few driver calls as it takes: no savepoint per job, and the
+        audit rows of all jobs in one ``executemany``. False when a job failed after it had
+        changed something, or the rows could not all be written: the batch must then run
+        again with a savepoint per job, so that only the failing job fails."""
+        batch = Batch(cursor, self.statements, deferred=True)
+        for entry in jobs:
+            before = batch.writes
+            try:
+                value = entry.job(batch)
+            except Exception as exc:
+                if batch.writes != before or isinstance(exc, self._dbapi_error):
+                    return False
+                results.append((entry, False, exc))  # e.g. its key's budget was spent
+            else:
+                results.append((entry, True, value))
+        try:
+            batch.flush()
+        except Exception as exc:
+            if self._is_disconnect(exc, self._connection, cursor):
+                raise
+            return False
+        return True
+
+    def _run_apart(self, cursor: Any, jobs: list[_Entry], results: list[Any]) -> None:
+        batch = Batch(cursor, self.statements, deferred=False)
+        for entry in jobs:
+            mark = batch.savepoint()
+            try:
+                value = entry.job(batch)
+            except Exception as exc:  # this job alone fails
+                batch.rollback_to(mark)
+                results.append((entry, False, exc))
+            else:
+                batch.release(mark)
+                results.append((entry, True, value))
 
     def _begin(self, cursor: Any) -> None:
         if not self._sqlite:

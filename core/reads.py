@@ -1,0 +1,135 @@
+"""The two reads every authorize call makes (the caller's API key, the agent row), sent straight
+to the driver on one pooled connection per request.
+
+Through SQLAlchemy's Core these cost about five times the SQL itself (execution context,
+result object, row processing); here they are a prepared statement text, a cursor and a tuple.
+Nothing is cached between requests: every call reads the rows as committed at that moment, so
+a key revoked or an agent suspended by any process is in force for the very next call. Driver
+errors are translated into :class:`core.errors.StorageError` here, and a connection found
+broken is dropped rather than returned to the pool.
+
+Used by the API's auth hook (``core.keys.authenticate``) and by ``core.decisions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.db.models import ApiKey
+from core.errors import StorageError
+
+_KEY_SQL = (
+    "SELECT id, workspace_id, scopes, expires_at, revoked_at FROM api_keys WHERE key_hash = ?"
+)
+_AGENT_SQL = (
+    "SELECT id, status, policy_version, created_at FROM agents WHERE id = ? AND workspace_id = ?"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    id: str
+    workspace_id: str
+    scopes: str
+    expires_at: datetime | None
+    revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    """``created_at`` is as the driver returned it: it only tells one incarnation of an agent
+    id from another (``core.decisions.PolicyCache``)."""
+
+    id: str
+    status: str
+    policy_version: int
+    created_at: Any
+
+
+class _Statements:
+    """The SQL in the driver's parameter style, and how to read a stored timestamp."""
+
+    def __init__(self, engine: Engine) -> None:
+        dialect = engine.dialect
+        qmark = dialect.paramstyle == "qmark"
+        self.key = _KEY_SQL if qmark else _KEY_SQL.replace("?", "%s")
+        self.agent = _AGENT_SQL if qmark else _AGENT_SQL.replace("?", "%s")
+        column_type = ApiKey.__table__.c.expires_at.type
+        process = column_type.dialect_impl(dialect).result_processor(dialect, None)
+        self.timestamp: Callable[[Any], datetime | None] = process or (lambda value: value)
+        self.dbapi_error: type[Exception] = dialect.loaded_dbapi.Error
+        self.dialect = dialect
+
+
+_STATEMENTS: dict[int, _Statements] = {}
+
+
+def _statements(engine: Engine) -> _Statements:
+    found = _STATEMENTS.get(id(engine.dialect))
+    if found is None or found.dialect is not engine.dialect:
+        found = _STATEMENTS[id(engine.dialect)] = _Statements(engine)
+    return found
+
+
+class Reads:
+    """One request's reads: a pooled driver connection, checked out on first use and given
+    back by :meth:`close`. Each read sees what was committed when it ran."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._sql = _statements(engine)
+        self._connection: Any = None
+
+    def api_key(self, key_hash: str) -> KeyRow | None:
+        row = self._fetch(self._sql.key, (key_hash,))
+        if row is None:
+            return None
+        expires = None if row[3] is None else self._sql.timestamp(row[3])
+        return KeyRow(row[0], row[1], row[2], expires, row[4] is not None)
+
+    def agent(self, agent_id: str, workspace_id: str) -> AgentRow | None:
+        row = self._fetch(self._sql.agent, (agent_id, workspace_id))
+        return None if row is None else AgentRow(row[0], row[1], row[2], row[3])
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()  # back to the pool, which rolls back the read
+            except Exception:
+                connection.invalidate()
+
+    def _fetch(self, sql: str, params: tuple[Any, ...]) -> Any:
+        try:
+            if self._connection is None:
+                self._connection = self._engine.raw_connection()
+            cursor = self._connection.cursor()
+            try:
+                cursor.execute(sql, params)
+                return cursor.fetchone()
+            finally:
+                cursor.close()
+        except self._sql.dbapi_error as exc:
+            self._drop(exc)
+            raise StorageError("the database could not complete the request") from exc
+        except SQLAlchemyError as exc:  # the pool could not hand out a working connection
+            raise StorageError("the database connection was lost") from exc
+
+    def _drop(self, exc: Any) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        dialect = self._sql.dialect
+        try:
+            if dialect.is_disconnect(exc, connection.driver_connection, None):
+                connection.invalidate(exc)
+            else:
+                connection.close()
+        except Exception:
+            connection.invalidate()
