@@ -582,7 +582,7 @@ class Contended:
     cpu_micros: float  # CPU time of the process per request
     batch_size: float  # decisions per transaction (per COMMIT and fsync)
     lock_micros: float  # SQLite write lock held per request
-    batch_micros: float  # one batch on the writer thread (in-process lock, transaction, answers)
+    batch_micros: float  # one batch, by the thread leading it (in-process lock, transaction)
     statements: dict[str, tuple[float, float]]  # kind: (calls per batch, µs per call)
 
 
@@ -879,7 +879,7 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
             timers.add(f"{where} | SQL", elapsed)
 
         client = app.test_client()
-        _send(client, setup, 200)  # warm: policy cache, statement caches, the writer thread
+        _send(client, setup, 200)  # warm: policy cache, statement caches, the recorder's connection
         timers.clear()
         cpu = time.process_time()
         start = time.perf_counter()
