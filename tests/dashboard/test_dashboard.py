@@ -141,6 +141,8 @@ def test_sign_in_then_suspend_an_agent_and_the_next_call_is_denied(page, world, 
     assert world.decide(agent, "calendar.create")["allowed"] is True
     page.goto("/dashboard/")
     expect(page.locator("#sign-in")).to_be_visible()
+    expect(page.locator("#nav")).to_be_hidden()  # nothing to navigate to before signing in
+    expect(page.locator("#sign-out")).to_be_hidden()
     screenshot(page, "sign-in", tmp_path)
     sign_in(page, world.admin)
 
@@ -399,6 +401,7 @@ def test_the_key_stays_in_session_storage_only_and_goes_on_sign_out(page, world,
     assert page.evaluate("sessionStorage.getItem('agentauth.key')") == world.admin
     page.get_by_role("button", name="Sign out").click()
     expect(page.locator("#sign-in")).to_be_visible()
+    expect(page.locator("#nav")).to_be_hidden()
     assert page.evaluate("sessionStorage.length") == 0
     # a new tab of the same browser starts signed out: nothing outlives the tab
     other = page.context.new_page()
