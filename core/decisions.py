@@ -163,6 +163,9 @@ def authorize(
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
     agent = reads.agent(agent_id, caller.workspace_id)
+    # its connection goes back to the pool now: a request must never hold one while it waits
+    # for a second (the policies on a cache miss) or for its batch
+    reads.close()
     if agent is None:
         decided: Decision | None = deny_unknown_agent(agent_id)
     elif agent.status != AgentStatus.ACTIVE:

@@ -98,6 +98,7 @@ class Reads:
         return None if row is None else AgentRow(row[0], row[1], row[2], row[3])
 
     def close(self) -> None:
+        """Give the connection back; a later read takes one again."""
         connection, self._connection = self._connection, None
         if connection is not None:
             try:

@@ -232,11 +232,13 @@ class Recorder:
                 log.warning("the database connection was lost; running the batch on a new one")
                 self._drop_connection()
                 self._locked_transaction(jobs, results)
-        except Exception as exc:  # the commit failed: nobody in the batch is acknowledged
+        except BaseException as exc:  # the commit failed: nobody in the batch is acknowledged
             log.error("decision batch of %d could not be committed", len(jobs), exc_info=exc)
             self._drop_connection()
-            for entry in jobs:
+            for entry in jobs:  # every caller waiting on this batch gets its answer first
                 entry.settle(False, StorageError("the decision could not be recorded"))
+            if not isinstance(exc, Exception):
+                raise  # SystemExit, KeyboardInterrupt: on to the thread that leads
             return
         for entry, ok, value in results:
             entry.settle(ok, value)
@@ -306,6 +308,9 @@ class Recorder:
                 value = entry.job(batch)
             except Exception as exc:  # this job alone fails
                 batch.rollback_to(mark)
+                if isinstance(exc, self._dbapi_error):  # e.g. its agent was deleted meanwhile
+                    log.error("a decision could not be recorded", exc_info=exc)
+                    exc = StorageError("the decision could not be recorded")
                 results.append((entry, False, exc))
             else:
                 batch.release(mark)

@@ -30,6 +30,9 @@ _PG_NETWORK = {
     "keepalives_idle": 30,
     "keepalives_interval": 10,
     "keepalives_count": 3,
+    # data sent and never acknowledged (a query or COMMIT to a vanished host) fails in 30 s,
+    # where keepalives do not apply and the kernel would retransmit for about 15 minutes
+    "tcp_user_timeout": 30_000,
 }
 
 
@@ -56,8 +59,9 @@ class Database:
         kwargs: dict[str, Any] = {"pool_pre_ping": not self.is_sqlite}
         if not self.is_sqlite:
             # a connect to a host that went silent fails in 10 s, and a connection whose peer
-            # vanished without a word is found dead by TCP keepalives within about a minute,
-            # instead of holding a request forever; the URL's own values win
+            # vanished without a word is found dead within about a minute (keepalives when
+            # idle, a 30 s limit on unacknowledged data otherwise), instead of holding a
+            # request forever; the URL's own values win
             network = {k: v for k, v in _PG_NETWORK.items() if k not in parsed.query}
             kwargs.update(pool_size=5, max_overflow=10, connect_args=network)
         self.engine: Engine = create_engine(url, **kwargs)

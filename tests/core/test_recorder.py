@@ -1,0 +1,111 @@
+"""The group-commit recorder on its own: callers whose jobs share a batch each get their answer,
+whatever another job of the batch does. Batches are formed on purpose: the first caller's job
+holds its batch open until the others have queued behind it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from core.config import Settings
+from core.db import Database
+from core.errors import StorageError
+from core.recorder import Batch, Recorder
+
+DEADLINE = 30  # seconds: a hang guard, never a measure of speed
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    database = Database(Settings(database_url=database_url))
+    yield database
+    database.dispose()
+
+
+def _queued(recorder: Recorder, count: int) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while len(recorder._pending) < count:
+        assert time.monotonic() < deadline, f"{count} callers never queued"
+        time.sleep(0.005)  # polling the other threads' progress, bounded by the deadline
+
+
+def _batch_after_a_held_one(
+    recorder: Recorder, jobs: dict[str, Callable[[Batch], Any]]
+) -> dict[str, tuple[str, Any]]:
+    """The first batch holds only the leader's job; ``jobs`` queue behind it, in order, and so
+    make up the next batch together. What each caller got: ("ok", value) or ("raised", type)."""
+    results: dict[str, tuple[str, Any]] = {}
+    entered, release = threading.Event(), threading.Event()
+
+    def holding(_batch: Batch) -> str:
+        entered.set()
+        release.wait(DEADLINE)
+        return "held"
+
+    def call(name: str, job: Callable[[Batch], Any]) -> None:
+        try:
+            results[name] = ("ok", recorder.run(job))
+        except BaseException as exc:  # what the caller saw is the point, SystemExit included
+            results[name] = ("raised", type(exc).__name__)
+
+    threads = [threading.Thread(target=call, args=("leader", holding), daemon=True)]
+    threads[0].start()
+    assert entered.wait(DEADLINE)
+    for count, (name, job) in enumerate(jobs.items(), start=1):
+        threads.append(threading.Thread(target=call, args=(name, job), daemon=True))
+        threads[-1].start()
+        _queued(recorder, count)
+    release.set()
+    for thread in threads:
+        thread.join(DEADLINE)
+    assert not any(t.is_alive() for t in threads), f"callers still waiting: {results}"
+    return results
+
+
+def test_a_job_that_raises_systemexit_leaves_nobody_of_its_batch_waiting(db):
+    def dies(_batch: Batch) -> None:
+        raise SystemExit("the job's thread is told to stop")
+
+    results = _batch_after_a_held_one(db.recorder, {"dies": dies, "other": lambda _b: "fine"})
+    assert results == {
+        "leader": ("ok", "held"),
+        "dies": ("raised", "SystemExit"),  # it led the batch: the exception is its own
+        "other": ("raised", "StorageError"),  # told, never acknowledged, never left waiting
+    }
+    assert db.recorder.run(lambda _b: "after") == "after"  # and the recorder goes on
+
+
+def test_a_job_failing_after_a_write_fails_alone_and_its_batch_commits(db):
+    def counts(name: str) -> Callable[[Batch], Any]:
+        return lambda batch: batch.consume(name, 0, 10)
+
+    def writes_then_fails(batch: Batch) -> None:
+        batch.consume("recorder-test:failing", 0, 10)
+        raise ValueError("after a write")
+
+    results = _batch_after_a_held_one(
+        db.recorder,
+        {"a": counts("recorder-test:a"), "bad": writes_then_fails, "b": counts("recorder-test:a")},
+    )
+    assert results == {
+        "leader": ("ok", "held"),
+        "a": ("ok", 1),
+        "bad": ("raised", "ValueError"),
+        "b": ("ok", 2),  # the batch ran again job by job: the counts are exact
+    }
+    # the failing job's write was undone: its counter starts from nothing
+    assert db.recorder.run(lambda batch: batch.consume("recorder-test:failing", 0, 10)) == 1
+
+
+def test_a_database_error_of_one_job_is_a_storage_error(db):
+    def bad_sql(batch: Batch) -> None:
+        batch.consume("recorder-test:c", 0, 10)
+        batch._cursor.execute("SELECT no_such_column FROM audit_log")
+
+    results = _batch_after_a_held_one(db.recorder, {"bad": bad_sql, "ok": lambda _b: "fine"})
+    assert results["bad"] == ("raised", StorageError.__name__)
+    assert results["ok"] == ("ok", "fine")
