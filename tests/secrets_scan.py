@@ -30,7 +30,8 @@ from flask import Flask
 from sqlalchemy import create_engine, inspect, select
 
 FULL_KEY = re.compile(r"svc_[0-9a-fA-F]{32}")
-HEX_RUN = re.compile(r"[0-9a-fA-F]{32}")
+HEX_RUN = re.compile(r"[0-9a-fA-F]{32,}")  # a key's hex may sit anywhere in a longer run
+_HEX = 32
 _TAIL = 40  # a key split across two chunks is found in the tail of one plus the next
 
 
@@ -47,14 +48,26 @@ class Scanner:
     def scan(self, text: str, where: str) -> None:
         self.scanned[where] = self.scanned.get(where, 0) + 1
         found = {m.group() for m in FULL_KEY.finditer(text)}
-        bare = FULL_KEY.sub("", text)  # the hex of a full key found is not a second leak
-        found |= {m.group() for m in HEX_RUN.finditer(bare) if m.group().lower() in self.issued}
+        bare = FULL_KEY.sub(" ", text)  # the hex of a full key found is not a second leak
+        found |= {hit for run in HEX_RUN.findall(bare) for hit in self._issued_in(run)}
         for hit in sorted(found):
             at = text.find(hit)
             context = (
                 text[max(0, at - 60) : at] + "<KEY>" + text[at + len(hit) : at + len(hit) + 40]
             )
             self.leaks.append(f"{where} during {self.current_test}: ...{context!r}...")
+
+    def _issued_in(self, run: str) -> set[str]:
+        """Every issued key's hex in a run of hex characters, at any offset: each 32-character
+        window of the run is looked up (a run is rarely longer than a SHA-256 digest)."""
+        if not self.issued:
+            return set()
+        lowered = run.lower()
+        return {
+            run[at : at + _HEX]
+            for at in range(len(run) - _HEX + 1)
+            if lowered[at : at + _HEX] in self.issued
+        }
 
 
 SCANNER = Scanner()

@@ -2,9 +2,9 @@
 several worker processes or a real HTTP client. Stopped by its PID when the test ends.
 
 :func:`running_server` stops the server gracefully. :func:`server_process` is for tests that
-kill it: the server runs in a session of its own, so its workers can still be found by PID
-after a SIGKILL of the master has orphaned them, and every one of them is gone when the block
-ends.
+kill it. Either way the server runs in a session of its own, so its workers can still be found
+by PID after a SIGKILL of the master has orphaned them, and every one of them is gone when the
+block ends.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import httpx
 from tests.secrets_scan import scan_server_log
 
 STARTUP_SECONDS = 30
+STOP_SECONDS = 30  # for a graceful stop after SIGTERM, before everything is killed
 KILL_SECONDS = 10
 
 
@@ -39,13 +40,18 @@ def free_port() -> int:
 def running_server(
     database_url: str, *, workers: int = 2, threads: int = 4, env: dict[str, str] | None = None
 ) -> Iterator[str]:
-    """Yields the base URL once /healthz answers; SIGTERM (then SIGKILL) on exit."""
+    """Yields the base URL once /healthz answers; on exit SIGTERM to the master, then (if it
+    has not stopped within :data:`STOP_SECONDS`) SIGKILL to every process of the server."""
     port = free_port()
     command = _command(database_url, port, workers, threads)
     log = _log_path(port)
     with log.open("wb") as out:
         process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # its session id is the master's PID: see session_members
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -86,13 +92,33 @@ def _wait_until_healthy(base: str, process: subprocess.Popen[bytes], log: Path) 
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the master of a server started in a session of its own; if it has not exited
+    within :data:`STOP_SECONDS`, SIGKILL by PID to every process of that session (killing only
+    the master would orphan its workers)."""
     if process.poll() is None:
         os.kill(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=STOP_SECONDS)
         except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+            kill_session(process)
+
+
+def kill_session(process: subprocess.Popen[bytes]) -> list[int]:
+    """SIGKILL to the session leader ``process`` and to every other process of its session, by
+    PID, leader first (so a gunicorn master replaces no worker); returns the PIDs killed once
+    none of them, nor any late fork, is alive."""
+    killed: list[int] = []
+    deadline = time.monotonic() + KILL_SECONDS
+    while pids := session_members(process.pid):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"server processes {pids} survived SIGKILL")
+        for pid in pids:
+            _signal(pid, signal.SIGKILL)
+            killed.append(pid)
+        process.poll()  # reap the leader, so it does not linger as a zombie
+        time.sleep(0.01)  # polling for the kernel to finish the kill, bounded above
+    process.wait(timeout=KILL_SECONDS)
+    return sorted(set(killed), key=killed.index)
 
 
 @dataclass
@@ -119,18 +145,7 @@ class ServerProcess:
     def kill(self) -> list[int]:
         """SIGKILL to the master and to every worker, by PID, master first (so no worker is
         replaced); returns the PIDs killed once none of them, nor any late fork, is alive."""
-        killed: list[int] = []
-        deadline = time.monotonic() + KILL_SECONDS
-        while pids := self.pids():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server processes {pids} survived SIGKILL")
-            for pid in pids:
-                _signal(pid, signal.SIGKILL)
-                killed.append(pid)
-            self.process.poll()  # reap the master, so it does not linger as a zombie
-            time.sleep(0.01)  # polling for the kernel to finish the kill, bounded above
-        self.process.wait(timeout=KILL_SECONDS)
-        return sorted(set(killed), key=killed.index)
+        return kill_session(self.process)
 
     def stop(self) -> None:
         """SIGTERM to the master (in-flight requests finish), then SIGKILL, by PID, to anything
@@ -138,7 +153,7 @@ class ServerProcess:
         if self.process.poll() is None:
             _signal(self.master, signal.SIGTERM)
             with suppress(subprocess.TimeoutExpired):  # then killed below
-                self.process.wait(timeout=30)
+                self.process.wait(timeout=STOP_SECONDS)
         if self.pids():
             self.kill()
 

@@ -43,3 +43,25 @@ def test_log_records_with_exception_text_are_read(scanner):
         record = logging.LogRecord("x", logging.ERROR, "f", 1, "failed", None, sys.exc_info())
     handler.emit(record)
     assert len(scanner.leaks) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"token=a{KEY[4:]}",  # a hex character before it: the run starts one off the key
+        f"digest={'0' * 17}{KEY[4:]}{'e' * 15}",  # inside a 64-character run, at an odd offset
+        f"F{KEY[4:].upper()}",  # upper case, one off
+    ],
+    ids=["after-a-hex-character", "inside-a-longer-run", "upper-case"],
+)
+def test_an_issued_keys_bare_hex_is_found_at_any_offset_of_a_hex_run(scanner, text):
+    scanner.issue(KEY)
+    scanner.scan(text, "log record")
+    assert len(scanner.leaks) == 1
+    assert KEY[4:] not in scanner.leaks[0].lower()
+
+
+def test_hex_runs_without_an_issued_key_are_not_leaks(scanner):
+    scanner.issue(KEY)
+    scanner.scan(f"sha256={'ab' * 32} uuid={'c' * 32} {KEY[4:-1]}", "log record")
+    assert scanner.leaks == []

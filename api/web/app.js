@@ -151,10 +151,25 @@ function signOut(why) {
   if (why) say(why);
 }
 
+// Only a 403 from GET /v1/api-keys (admin-only) says the key is read-only; any other failure
+// is thrown, so the person is told and not signed in with a guessed scope.
+async function probeScope(key) {
+  try {
+    await api("GET", "/v1/api-keys", { params: { limit: 1 }, key });
+    return "admin";
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 403) return "read-only";
+    throw error;
+  }
+}
+
 function signInPage() {
+  // a text field masked by the style sheet, not a password field: a browser's password manager
+  // offers to save what is typed in a password field, and an API key must not be kept there
   const input = h("input", {
-    id: "key-input", type: "password", autocomplete: "off", spellcheck: "false",
-    placeholder: "svc_…", "aria-label": "API key", required: true,
+    id: "key-input", type: "text", class: "masked mono", autocomplete: "off",
+    autocapitalize: "off", spellcheck: "false", placeholder: "svc_…", "aria-label": "API key",
+    required: true,
   });
   const submit = async (event) => {
     event.preventDefault();
@@ -167,9 +182,9 @@ function signInPage() {
     try {
       await api("GET", "/v1/agents", { params: { limit: 1 }, key });
       // only admin keys may list keys: the answer tells the page which controls to offer
-      const probe = await call("GET", "/v1/api-keys", { params: { limit: 1 }, key });
+      const scope = await probeScope(key);
       sessionStorage.setItem(KEY_STORE, key);
-      sessionStorage.setItem(SCOPE_STORE, probe.ok ? "admin" : "read-only");
+      sessionStorage.setItem(SCOPE_STORE, scope);
       input.value = "";
       if (!location.hash || location.hash === "#/") location.hash = "#/agents";
       else route();
@@ -358,10 +373,6 @@ async function agentPage(id) {
   const decisions = h("section", { class: "panel" }, h("h2", {}, "Latest decisions"));
   sections.push(decisions);
   show(...sections);
-  if (!isAdmin()) {
-    decisions.append(h("p", { class: "muted" }, "Reading the audit log needs an admin key."));
-    return;
-  }
   const latest = await api("GET", "/v1/audit-logs", { params: { agent_id: id, limit: 10 } });
   decisions.append(latest.data.length ? entriesTable(latest.data, { [agent.id]: agent.name })
     : h("p", { class: "muted" }, "No decisions yet."),
@@ -385,12 +396,8 @@ function entriesTable(entries, names) {
 
 const AUDIT_FILTERS = ["agent_id", "action", "tool_name", "result", "from", "to", "limit"];
 
+// every key may read the audit log, filter it, page through it and export it
 async function auditPage(args) {
-  if (!isAdmin()) {
-    show(h("section", { class: "panel" }, h("h1", {}, "Audit log"),
-      h("p", {}, "Reading the audit log needs an admin key; this one is read-only.")));
-    return;
-  }
   const filters = Object.fromEntries(AUDIT_FILTERS.map((name) => [name, args.get(name) || ""]));
   const offset = Number(args.get("offset") || 0);
   const agents = await everything("/v1/agents", {});
@@ -462,14 +469,21 @@ async function exportCsv(params) {
   }
 }
 
-async function keysPage() {
-  if (!isAdmin()) {
-    show(h("section", { class: "panel" }, h("h1", {}, "API keys"),
-      h("p", {}, "Managing API keys needs an admin key; this one is read-only.")));
+// Listing keys is admin-only in this service: the page asks whatever the key, and shows a
+// refusal in words, without the form. `fresh` is a key just created, shown once above the list.
+async function keysPage(args, fresh) {
+  const created = h("div", { id: "new-key", class: "panel notice", hidden: true });
+  if (fresh) showNewKey(created, fresh);
+  let keys;
+  try {
+    keys = await everything("/v1/api-keys", {});
+  } catch (error) {
+    if (!(error instanceof ApiError && error.status === 403)) throw error;
+    show(h("section", { class: "panel" }, h("h1", {}, "API keys"), created,
+      h("p", { id: "keys-refused" }, describe(error)),
+      h("p", { class: "muted" }, "Managing API keys needs an admin key: this one may not list, create or revoke them.")));
     return;
   }
-  const keys = await everything("/v1/api-keys", {});
-  const created = h("div", { id: "new-key", class: "panel notice", hidden: true });
   const form = h("form", { id: "create-key", class: "filters", onsubmit: async (event) => {
     event.preventDefault();
     const data = new FormData(form);
@@ -477,12 +491,20 @@ async function keysPage() {
     const expiry = data.get("expires");
     const body = { name: String(data.get("name") || "").trim(), scopes };
     if (expiry) body.expiresAt = `${expiry}T23:59:59Z`;
+    let key;
     try {
-      const key = await api("POST", "/v1/api-keys", { body });
-      await keysPage();
-      showNewKey($("new-key"), key);
+      key = await api("POST", "/v1/api-keys", { body });
     } catch (error) {
       fail(error);
+      return;
+    }
+    // the key is shown at once: the list is refreshed after, and its failure cannot hide it
+    showNewKey(created, key);
+    form.reset();
+    try {
+      await keysPage(args, key);
+    } catch (error) {
+      say(`Key “${key.name}” was created, but the list could not be refreshed. ${describe(error)}`);
     }
   } },
   h("label", {}, h("span", {}, "Name"), h("input", { name: "name", required: true, maxlength: 255 })),
@@ -501,7 +523,7 @@ async function keysPage() {
       try {
         await api("DELETE", `/v1/api-keys/${key.id}`);
         say(`Key “${key.name}” revoked.`, "ok");
-        await keysPage();  // a key that revoked itself is signed out here, by its 401
+        await keysPage(args);  // a key that revoked itself is signed out here, by its 401
       } catch (error) {
         fail(error);
       }
@@ -517,13 +539,20 @@ async function keysPage() {
 function showNewKey(box, key) {
   const value = h("input", { id: "new-key-value", class: "mono", readonly: true, value: key.key });
   const copy = h("button", { type: "button", id: "copy-key", onclick: async () => {
+    let copied = false;
     try {
       await navigator.clipboard.writeText(key.key);
+      copied = true;
     } catch (_) {
-      value.select();
-      document.execCommand("copy");
+      value.select();  // the fallback copies the selection; it answers whether it did
+      try {
+        copied = document.execCommand("copy") === true;
+      } catch (_) {
+        copied = false;
+      }
     }
-    copy.textContent = "Copied";
+    copy.textContent = copied ? "Copied" : "Copy failed";
+    if (!copied) say("Copying failed: select the key in the box and copy it yourself (Ctrl+C, or ⌘C on a Mac).");
   } }, "Copy");
   box.replaceChildren(
     h("h2", {}, `Key “${key.name}” created`),

@@ -19,11 +19,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
+import tests.server
 from api import create_app
 from tests.api.helpers import make_agent
 from tests.conftest import Tenant, bearer
-from tests.server import _stop, _wait_until_healthy, free_port
+from tests.secrets_scan import scan_server_log
+from tests.server import _processes, _stop, _wait_until_healthy, free_port, running_server
 
 DEADLINE = 30  # seconds: a hang guard for waiting on the server, never a measure of speed
 
@@ -91,7 +94,9 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(database_url, setting
         "--db", database_url, "--workers", "1", "--threads", "4",
     ]  # fmt: skip
     with log.open("wb") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )  # a session of its own: if it does not stop, _stop kills its workers too
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_until_healthy(base, server, log)
@@ -122,9 +127,35 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(database_url, setting
         assert answer["allowed"] is True
         assert server.wait(timeout=DEADLINE) == 0
     finally:
-        _stop(server)
-        log.unlink(missing_ok=True)
+        try:
+            _stop(server)
+            if log.exists():
+                scan_server_log(log.read_text(errors="replace"))
+        finally:
+            log.unlink(missing_ok=True)
 
     entries = client.get("/v1/audit-logs", query_string={"agent_id": agent_id}, headers=bearer(key))
     app.extensions["agentauth"].db.dispose()
     assert [entry["id"] for entry in entries.json["data"]] == [answer["auditId"]]
+
+
+def _children(parent: int) -> set[int]:
+    return {pid for pid, ppid, _ in _processes() if ppid == parent}
+
+
+def test_a_server_that_does_not_stop_on_sigterm_is_killed_with_every_worker(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(tests.server, "STOP_SECONDS", 0.5)
+    with running_server(database_url, workers=2, threads=2) as base:
+        port = f"\0{base.rsplit(':', 1)[1]}\0".encode()
+        [master] = [
+            pid
+            for pid in _children(os.getpid())
+            if port in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        _wait_for("both workers to fork", lambda: len(_children(master)) == 2)
+        server = {master, *_children(master)}
+        os.kill(master, signal.SIGSTOP)  # SIGTERM stays pending: the graceful stop times out
+    alive = server & {pid for pid, _, _ in _processes()}
+    assert alive == set(), f"server processes {alive} outlived running_server"

@@ -4,7 +4,6 @@ never raises on any input at all (hypothesis), it reports a located problem inst
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -51,9 +50,43 @@ HOSTILE = {
 }
 
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+#: ``python -c`` this, then the limits, the module and its arguments: it sets both limits on
+#: itself and then runs the module as ``python -m`` would. (No preexec_fn: running Python code
+#: between fork and exec is unsafe in a process with threads, as pytest's may have.)
+_LIMITED = """
+import resource, runpy, sys
+memory, cpu, module = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+sys.argv = [module, *sys.argv[4:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def _limited(module: str, *args: str) -> list[str]:
+    """The command running ``python -m module args`` under both limits."""
+    limits = [str(MEMORY_LIMIT), str(CPU_SECONDS)]
+    return [sys.executable, "-c", _LIMITED, *limits, module, *args]
+
+
+def test_the_child_runs_under_both_limits_with_the_arguments_given(tmp_path: Path):
+    (tmp_path / "show_limits.py").write_text(
+        "import resource, sys\n"
+        "print(resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU))\n"
+        "print(__name__, sys.argv[1:])\n"
+    )
+    result = subprocess.run(
+        _limited("show_limits", "validate", "x y"),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=CPU_SECONDS * 2,
+        check=True,
+    )
+    assert result.stdout.splitlines() == [
+        f"{(MEMORY_LIMIT, MEMORY_LIMIT)} {(CPU_SECONDS, CPU_SECONDS)}",
+        "__main__ ['validate', 'x y']",
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
@@ -62,10 +95,9 @@ def test_hostile_file_is_refused_within_memory_and_cpu_limits(tmp_path: Path, na
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "a.yaml").write_text(text)
     result = subprocess.run(
-        [sys.executable, "-m", "controller", "validate", str(tmp_path)],
+        _limited("controller", "validate", str(tmp_path)),  # killed past either limit
         capture_output=True,
         text=True,
-        preexec_fn=_limits,  # the kernel kills the process past either limit
         timeout=CPU_SECONDS * 2,  # a hang guard: the CPU limit does not count time asleep
         check=False,
     )

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from api import create_app
 from controller.apply import apply_files
@@ -54,7 +56,14 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser, base: str) -> Iterator[Page]:
+def expected_console_errors() -> list[str]:
+    """Parts of the browser console errors a test expects: an API refusal the page shows, and
+    whatever failure a test fakes (it adds that here)."""
+    return ["status of 4"]
+
+
+@pytest.fixture
+def page(browser: Browser, base: str, expected_console_errors: list[str]) -> Iterator[Page]:
     context = browser.new_context(viewport=LAPTOP, base_url=base, accept_downloads=True)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
     tab = context.new_page()
@@ -63,8 +72,9 @@ def page(browser: Browser, base: str) -> Iterator[Page]:
     tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     yield tab
     context.close()
-    # an API refusal the page shows is expected; a script error or a CSP violation is not
-    assert [e for e in errors if "status of 4" not in e] == []
+    # a script error or a CSP violation is never expected
+    unexpected = [e for e in errors if not any(part in e for part in expected_console_errors)]
+    assert unexpected == []
 
 
 class World:
@@ -120,6 +130,22 @@ def screenshot(page: Page, name: str, tmp_path: Path) -> None:
     page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 
+def requests_to(path: str, query: str | None = None) -> Callable[[str], bool]:
+    """A URL matcher for page.route: requests to ``path`` (with exactly ``query``, if given)."""
+
+    def matches(url: str) -> bool:
+        parts = urlsplit(url)
+        return parts.path == path and (query is None or parts.query == query)
+
+    return matches
+
+
+def answer_with(status: int, code: str, message: str) -> Callable[[Route], None]:
+    """A page.route handler answering as the service does when it fails."""
+    body = json.dumps({"error": {"code": code, "message": message}})
+    return lambda route: route.fulfill(status=status, content_type="application/json", body=body)
+
+
 def confirm(page: Page, label: str) -> None:
     dialog = page.locator("dialog#confirm")
     expect(dialog).to_be_visible()
@@ -143,6 +169,16 @@ def test_sign_in_then_suspend_an_agent_and_the_next_call_is_denied(page, world, 
     expect(page.locator("#sign-in")).to_be_visible()
     expect(page.locator("#nav")).to_be_hidden()  # nothing to navigate to before signing in
     expect(page.locator("#sign-out")).to_be_hidden()
+    # a text field drawn as dots, never a password field a password manager offers to keep,
+    # and without a name, so that it is never part of a form submission
+    field = page.locator("#key-input")
+    expect(field).to_have_attribute("type", "text")
+    expect(field).to_have_attribute("autocomplete", "off")
+    expect(field).to_have_attribute("autocapitalize", "off")
+    expect(field).to_have_attribute("spellcheck", "false")
+    assert field.get_attribute("name") is None
+    assert page.locator("input[type=password]").count() == 0
+    assert field.evaluate("e => getComputedStyle(e).webkitTextSecurity") == "disc"
     screenshot(page, "sign-in", tmp_path)
     sign_in(page, world.admin)
 
@@ -344,25 +380,171 @@ def test_create_a_key_with_an_expiry_copy_it_once_and_see_it_listed(page, world,
     assert httpx.get(f"{world.base}/v1/agents", headers=bearer(key)).status_code == 401
 
 
-def test_a_read_only_key_sees_no_mutation_controls_and_the_api_refuses_anyway(page, world):
+MUTATIONS = ["Suspend", "Reactivate", "Revoke", "Create key"]
+
+
+def assert_no_mutation_controls(page: Page) -> None:
+    for label in MUTATIONS:
+        expect(page.get_by_role("button", name=label, exact=True)).to_have_count(0)
+    expect(page.locator("#create-key, #new-key:not([hidden])")).to_have_count(0)
+
+
+def test_a_read_only_key_reads_everything_the_audit_log_included_and_changes_nothing(page, world):
     agent = world.agent("watched", ALLOW_CALENDAR)
+    for tool in ("calendar.create", "mail.send", "calendar.read"):
+        world.decide(agent, tool, token="hunter2")
     reader = world.tenant.key("read-only")
     sign_in(page, reader)
     expect(page.locator("#who-scope")).to_have_text("read-only")
     expect(page.locator("tr[data-agent='watched']")).to_be_visible()
     assert page.locator("main button").all_inner_texts() == ["← Newer", "Older →"]
+    assert_no_mutation_controls(page)
+
+    # the agent: its policies and its latest decisions, no buttons
     page.get_by_role("link", name="watched").click()
     expect(page.locator("#policies")).to_be_visible()
+    latest = page.locator("#entries tbody tr")
+    expect(latest).to_have_count(3)
+    expect(latest.first).to_contain_text("calendar.read")
     assert page.locator("main button").count() == 0
+    assert_no_mutation_controls(page)
+
+    # the audit log: filters, paging and export, as for an admin key
+    page.get_by_role("link", name="All decisions of this agent →").click()
+    rows = page.locator("#entries tbody tr")
+    expect(rows).to_have_count(3)
+    expect(page.locator(".pager .count")).to_have_text("1\u20133 of 3")
+    page.locator("#audit-filters select[name=result]").select_option("denied")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("mail.send")
+    rows.first.locator("summary").click()
+    expect(rows.first.locator("pre")).to_contain_text('"token": "[REDACTED]"')
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export CSV").click()
+    saved = Path(download.value.path()).read_bytes()
+    query = {"agent_id": agent, "result": "denied"}
+    exported = httpx.get(f"{world.base}/v1/audit-logs/export", params=query, headers=bearer(reader))
+    assert exported.status_code == 200
+    assert saved == exported.content
+    expect(page.locator("#export-notice")).to_contain_text("Downloaded svc-audit-log-")
+    assert page.locator("main button").all_inner_texts() == [
+        "Apply filters", "Clear", "Export CSV", "← Newer", "Older →",
+    ]  # fmt: skip
+    assert_no_mutation_controls(page)
+
+    # the keys: the service's refusal in words, and no form
+    refusal = httpx.get(f"{world.base}/v1/api-keys", headers=bearer(reader))
+    assert refusal.status_code == 403
     page.get_by_role("link", name="API keys").click()
+    expect(page.locator("#keys-refused")).to_have_text(
+        f"The service answered 403 INSUFFICIENT_SCOPE: {refusal.json()['error']['message']}"
+    )
     expect(page.locator("main")).to_contain_text("needs an admin key")
     assert page.locator("main form, main button").count() == 0
-    page.get_by_role("link", name="Audit log").click()
-    expect(page.locator("main")).to_contain_text("needs an admin key")
+    assert_no_mutation_controls(page)
+
+    page.get_by_role("link", name="Sync").click()
+    expect(page.locator("#sync")).to_be_visible()
+    assert_no_mutation_controls(page)
+
     refused = httpx.patch(
         f"{world.base}/v1/agents/{agent}", json={"status": "suspended"}, headers=bearer(reader)
     )
     assert refused.status_code == 403
+
+
+PROBE_FAILURES = {
+    "500": (
+        answer_with(500, "INTERNAL_ERROR", "unexpected server error"),
+        "The service answered 500 INTERNAL_ERROR: unexpected server error",
+        "status of 500",
+    ),
+    "429": (
+        answer_with(429, "RATE_LIMITED", "rate limit exceeded; retry in 7 s"),
+        "The service answered 429 RATE_LIMITED: rate limit exceeded; retry in 7 s",
+        "status of 429",
+    ),
+    "unreachable": (
+        lambda route: route.abort(),
+        "Could not reach the service: Failed to fetch",
+        "net::ERR_FAILED",
+    ),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(PROBE_FAILURES))
+def test_a_scope_probe_that_fails_otherwise_than_403_is_shown_and_signs_nobody_in(
+    page, world, expected_console_errors, failure
+):
+    handler, shown, console = PROBE_FAILURES[failure]
+    expected_console_errors.append(console)
+    page.route(requests_to("/v1/api-keys", "limit=1"), handler, times=1)  # the probe, once
+    page.goto("/dashboard/")
+    page.locator("#key-input").fill(world.admin)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#message")).to_have_text(shown)
+    expect(page.locator("#sign-in")).to_be_visible()
+    expect(page.locator("#who")).to_be_hidden()
+    assert page.evaluate("sessionStorage.length") == 0
+    # once the probe is answered, the same key signs in with its real scope
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#who-scope")).to_have_text("admin")
+
+
+def test_the_new_key_is_shown_even_when_the_list_cannot_be_refreshed(
+    page, world, expected_console_errors
+):
+    expected_console_errors.append("status of 500")
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="API keys").click()
+    form = page.locator("#create-key")
+    form.locator("input[name=name]").fill("made-in-a-storm")
+    # the list's refresh after the creation fails (the creation itself is a POST without query)
+    failing = answer_with(500, "INTERNAL_ERROR", "unexpected server error")
+    page.route(requests_to("/v1/api-keys", "limit=200&offset=0"), failing, times=1)
+    form.get_by_role("button", name="Create key").click()
+
+    shown = page.locator("#new-key-value")
+    expect(shown).to_have_value(re.compile(r"^svc_[0-9a-f]{32}$"))
+    expect(page.locator("#new-key .warning")).to_contain_text("shown only this once")
+    expect(page.locator("#message")).to_have_text(
+        "Key “made-in-a-storm” was created, but the list could not be refreshed. "
+        "The service answered 500 INTERNAL_ERROR: unexpected server error"
+    )
+    key = shown.input_value()
+    assert httpx.get(f"{world.base}/v1/agents", headers=bearer(key)).status_code == 200
+    page.reload()
+    expect(page.locator("tr[data-key='made-in-a-storm']")).to_be_visible()
+    assert key not in page.content()
+
+
+def test_copy_says_copied_only_when_the_key_was_copied(page, world):
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="API keys").click()
+    form = page.locator("#create-key")
+    form.locator("input[name=name]").fill("clipboard-less")
+    form.get_by_role("button", name="Create key").click()
+    shown = page.locator("#new-key-value")
+    expect(shown).to_have_value(re.compile(r"^svc_[0-9a-f]{32}$"))
+    key = shown.input_value()
+    copy = page.locator("#copy-key")
+
+    # no clipboard API, and a fallback that copies nothing
+    page.evaluate("""() => {
+        navigator.clipboard.writeText = () => Promise.reject(new Error("not allowed"));
+        document.execCommand = () => false;
+    }""")
+    copy.click()
+    expect(copy).to_have_text("Copy failed")
+    expect(page.locator("#message")).to_contain_text("Copying failed: select the key")
+    assert page.evaluate("navigator.clipboard.readText()") != key
+
+    # no clipboard API, and the browser's own fallback: it copies, and says so
+    page.evaluate("() => { delete document.execCommand; }")
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == key
 
 
 def test_errors_from_the_api_are_shown_in_words(page, world):
