@@ -266,7 +266,7 @@ class Recorder:
             if self._sqlite:
                 cursor.execute("COMMIT")
             else:
-                connection.commit()
+                self._commit_postgresql(connection)
         except BaseException as exc:
             results.clear()
             self._rollback(connection, cursor)
@@ -315,6 +315,17 @@ class Recorder:
             else:
                 batch.release(mark)
                 results.append((entry, True, value))
+
+    @staticmethod
+    def _commit_postgresql(connection: Any) -> None:
+        """COMMIT, unless a statement failed in the transaction and nothing took the failure up
+        (PostgreSQL would then answer a COMMIT with a silent ROLLBACK, and the batch would be
+        acknowledged without being recorded)."""
+        from psycopg.pq import TransactionStatus
+
+        if connection.driver_connection.info.transaction_status == TransactionStatus.INERROR:
+            raise StorageError("a statement of the decision batch failed; nothing was committed")
+        connection.commit()
 
     def _begin(self, cursor: Any) -> None:
         if not self._sqlite:

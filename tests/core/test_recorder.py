@@ -109,3 +109,25 @@ def test_a_database_error_of_one_job_is_a_storage_error(db):
     results = _batch_after_a_held_one(db.recorder, {"bad": bad_sql, "ok": lambda _b: "fine"})
     assert results["bad"] == ("raised", StorageError.__name__)
     assert results["ok"] == ("ok", "fine")
+
+
+def test_a_batch_is_acknowledged_only_when_it_was_committed(db):
+    """A job that swallows a failed statement: on PostgreSQL the transaction is then void and a
+    COMMIT would silently roll it back, so the batch must fail; on SQLite a failed read leaves
+    the transaction whole. Either way: acknowledged exactly when its write was committed."""
+
+    def swallows_a_failure(batch: Batch) -> str:
+        batch.consume("recorder-test:swallowed", 0, 10)
+        try:
+            batch._cursor.execute("SELECT no_such_column FROM audit_log")
+        except Exception:  # what a careless job might do
+            return "acknowledged"
+        raise AssertionError("the statement was expected to fail")
+
+    try:
+        told = db.recorder.run(swallows_a_failure)
+    except StorageError:
+        told = "failed"
+    committed = db.recorder.run(lambda b: b.consume("recorder-test:swallowed", 0, 10)) == 2
+    assert (told == "acknowledged") == committed
+    assert told == ("failed" if not db.is_sqlite else "acknowledged")
