@@ -30,8 +30,13 @@ function h(tag, attrs, ...children) {
 
 const $ = (id) => document.getElementById(id);
 
-function show(...nodes) {
-  $("main").replaceChildren(...nodes);
+// Each navigation (and sign-in or sign-out) starts a new generation. A page remembers the one
+// it was started in and renders only if it is still current: an answer that arrives after the
+// person moved on (or signed out) never paints over what they are looking at now.
+let generation = 0;
+
+function show(token, ...nodes) {
+  if (token === generation) $("main").replaceChildren(...nodes);
 }
 
 function when(text) {
@@ -164,6 +169,7 @@ async function probeScope(key) {
 }
 
 function signInPage() {
+  const token = generation;
   // a text field masked by the style sheet, not a password field: a browser's password manager
   // offers to save what is typed in a password field, and an API key must not be kept there
   const input = h("input", {
@@ -194,7 +200,7 @@ function signInPage() {
     }
   };
   // an input without a name is never part of a form submission, so the key cannot reach a URL
-  show(h("form", { class: "panel narrow", id: "sign-in", onsubmit: submit },
+  show(token, h("form", { class: "panel narrow", id: "sign-in", onsubmit: submit },
     h("h1", {}, "Sign in"),
     h("p", {}, "Paste an API key. It stays in this browser tab and is forgotten when the tab closes."),
     h("label", { for: "key-input" }, "API key"), input,
@@ -298,6 +304,7 @@ function pager(page, go) {
 }
 
 async function agentsPage(args) {
+  const token = generation;
   const offset = Number(args.get("offset") || 0);
   const page = await api("GET", "/v1/agents", { params: { limit: PAGE, offset } });
   const rows = page.data.map((agent) => h("tr", { "data-agent": agent.name },
@@ -306,7 +313,7 @@ async function agentsPage(args) {
     h("td", { class: "muted" }, agent.description || ""),
     h("td", { class: "nowrap" }, when(agent.updatedAt)),
     isAdmin() ? h("td", { class: "actions" }, statusButtons(agent, () => agentsPage(args))) : null));
-  show(h("section", { class: "panel" },
+  show(token, h("section", { class: "panel" },
     h("h1", {}, "Agents"),
     page.data.length ? h("div", { class: "scroll" }, h("table", {},
       h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Status"),
@@ -344,6 +351,7 @@ function statusButtons(agent, after) {
 }
 
 async function agentPage(id) {
+  const token = generation;
   const agent = await api("GET", `/v1/agents/${encodeURIComponent(id)}`);
   const ordered = (await everything("/v1/policies", { agent_id: id })).sort(byEvaluationOrder);
   let step = 0; // disabled policies are listed where their priority puts them, but skipped
@@ -372,7 +380,7 @@ async function agentPage(id) {
       : h("p", { class: "muted" }, "No policies: every call of this agent is denied (default deny)."))];
   const decisions = h("section", { class: "panel" }, h("h2", {}, "Latest decisions"));
   sections.push(decisions);
-  show(...sections);
+  show(token, ...sections);
   const latest = await api("GET", "/v1/audit-logs", { params: { agent_id: id, limit: 10 } });
   decisions.append(latest.data.length ? entriesTable(latest.data, { [agent.id]: agent.name })
     : h("p", { class: "muted" }, "No decisions yet."),
@@ -398,6 +406,7 @@ const AUDIT_FILTERS = ["agent_id", "action", "tool_name", "result", "from", "to"
 
 // every key may read the audit log, filter it, page through it and export it
 async function auditPage(args) {
+  const token = generation;
   const filters = Object.fromEntries(AUDIT_FILTERS.map((name) => [name, args.get(name) || ""]));
   const offset = Number(args.get("offset") || 0);
   const agents = await everything("/v1/agents", {});
@@ -431,7 +440,7 @@ async function auditPage(args) {
     h("button", { type: "button", class: "secondary", onclick: () => { location.hash = "#/audit"; } }, "Clear"),
     h("button", { type: "button", class: "secondary", id: "export", onclick: () => exportCsv(params) },
       "Export CSV")));
-  show(h("section", { class: "panel" }, h("h1", {}, "Audit log"), form,
+  show(token, h("section", { class: "panel" }, h("h1", {}, "Audit log"), form,
     h("p", { id: "export-notice", class: "notice", hidden: true }),
     page.data.length ? entriesTable(page.data, names) : h("p", { class: "muted" }, "No entries match."),
     pager(page, (o) => { location.hash = `#/audit${query({ ...filters, offset: o })}`; })));
@@ -472,6 +481,7 @@ async function exportCsv(params) {
 // Listing keys is admin-only in this service: the page asks whatever the key, and shows a
 // refusal in words, without the form. `fresh` is a key just created, shown once above the list.
 async function keysPage(args, fresh) {
+  const token = generation;
   const created = h("div", { id: "new-key", class: "panel notice", hidden: true });
   if (fresh) showNewKey(created, fresh);
   let keys;
@@ -479,7 +489,7 @@ async function keysPage(args, fresh) {
     keys = await everything("/v1/api-keys", {});
   } catch (error) {
     if (!(error instanceof ApiError && error.status === 403)) throw error;
-    show(h("section", { class: "panel" }, h("h1", {}, "API keys"), created,
+    show(token, h("section", { class: "panel" }, h("h1", {}, "API keys"), created,
       h("p", { id: "keys-refused" }, describe(error)),
       h("p", { class: "muted" }, "Managing API keys needs an admin key: this one may not list, create or revoke them.")));
     return;
@@ -528,7 +538,7 @@ async function keysPage(args, fresh) {
         fail(error);
       }
     } }, "Revoke"))));
-  show(h("section", { class: "panel" }, h("h1", {}, "API keys"), created,
+  show(token, h("section", { class: "panel" }, h("h1", {}, "API keys"), created,
     h("div", { class: "scroll" }, h("table", { id: "keys" },
       h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Prefix"), h("th", {}, "Scopes"),
         h("th", {}, "Expires"), h("th", {}, "Created"), h("th", {}, ""))),
@@ -562,11 +572,12 @@ function showNewKey(box, key) {
 }
 
 async function syncPage() {
+  const token = generation;
   const status = await api("GET", "/v1/sync-status");
   const row = (label, value, id) => [h("dt", {}, label), h("dd", { id }, value)];
   const result = status.result ? badge(status.result, status.result === "failed" ? "revoked" : "active")
     : "never synced";
-  show(h("section", { class: "panel" }, h("h1", {}, "Policy repository sync"),
+  show(token, h("section", { class: "panel" }, h("h1", {}, "Policy repository sync"),
     status.result === null
       ? h("p", { class: "muted" }, "No repository has been applied to this workspace yet (agentauth apply or serve --repo).")
       : null,
@@ -586,6 +597,7 @@ async function syncPage() {
 const PAGES = { agents: agentsPage, audit: auditPage, keys: keysPage, sync: syncPage };
 
 async function route() {
+  const mine = ++generation;
   const key = sessionStorage.getItem(KEY_STORE);
   $("nav").hidden = !key;
   $("who").hidden = !key;
@@ -606,7 +618,7 @@ async function route() {
     if (parts[0] === "agents" && parts[1]) await agentPage(parts[1]);
     else await (PAGES[parts[0]] || agentsPage)(args);
   } catch (error) {
-    fail(error);
+    if (mine === generation) fail(error);  // a page left behind has nobody to tell
   }
 }
 
