@@ -78,7 +78,7 @@ def _operation(
     for status, text in ERRORS.items():
         if status == "403" and not admin:
             continue
-        if status == "404" and not (path_id or body):
+        if status == "404" and not path_id:  # an operation on a collection finds nothing to miss
             continue
         responses[status] = _json(ref("common.error"), text)
     if body:
@@ -146,6 +146,9 @@ def document() -> dict[str, Any]:
         for suffix, ops in parts.items():
             paths[base + suffix] = ops
     paths["/v1/policies"]["get"]["parameters"].append(_q("agent_id", ref("common.uuid")))
+    paths["/v1/policies"]["post"]["responses"]["404"] = _json(
+        ref("common.error"), "agent_id names no agent of the caller's workspace (AGENT_NOT_FOUND)"
+    )
     paths["/v1/api-keys"]["get"]["description"] = "Needs an API key with the admin scope."
     paths["/v1/api-keys"]["get"]["responses"]["403"] = _json(ref("common.error"), ERRORS["403"])
     paths["/v1/authorize"] = {

@@ -59,3 +59,15 @@ def test_the_document_states_the_rules_the_service_enforces_on_strings(client):
     assert expiry["format"] == "date-time"
     filters = {p["name"]: p["schema"] for p in doc["paths"]["/v1/audit-logs"]["get"]["parameters"]}
     assert filters["action"] == filters["tool_name"] == {"$ref": "#/components/schemas/common.text"}
+
+
+def test_a_404_is_listed_only_where_one_can_happen(client):
+    """Creating an agent or a key, and asking for a decision (an unknown agent is a 200 denial),
+    never answer 404; creating a policy for an agent that is not there does."""
+    paths = client.get("/v1/openapi.json").json["paths"]
+    for path in ("/v1/agents", "/v1/api-keys", "/v1/authorize"):
+        assert "404" not in paths[path]["post"]["responses"], path
+    assert "AGENT_NOT_FOUND" in paths["/v1/policies"]["post"]["responses"]["404"]["description"]
+    for path, ops in paths.items():
+        if "{id}" in path:
+            assert all("404" in op["responses"] for op in ops.values()), path
