@@ -40,28 +40,11 @@ def free_port() -> int:
 def running_server(
     database_url: str, *, workers: int = 2, threads: int = 4, env: dict[str, str] | None = None
 ) -> Iterator[str]:
-    """Yields the base URL once /healthz answers; on exit SIGTERM to the master, then (if it
-    has not stopped within :data:`STOP_SECONDS`) SIGKILL to every process of the server."""
-    port = free_port()
-    command = _command(database_url, port, workers, threads)
-    log = _log_path(port)
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,  # its session id is the master's PID: see session_members
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_healthy(base, process, log)
-        yield base
-    finally:
-        _stop(process)
-        if log.exists():
-            scan_server_log(log.read_text(errors="replace"))
-        log.unlink(missing_ok=True)
+    """Yields the base URL once /healthz answers and every worker is up; on exit SIGTERM to the
+    master, then (if it has not stopped within :data:`STOP_SECONDS`) SIGKILL to every process
+    of the server."""
+    with server_process(database_url, workers=workers, threads=threads, env=env) as server:
+        yield server.base
 
 
 def _command(database_url: str, port: int, workers: int, threads: int) -> list[str]:
@@ -91,16 +74,16 @@ def _wait_until_healthy(base: str, process: subprocess.Popen[bytes], log: Path) 
     raise RuntimeError(f"server did not become healthy:\n{log.read_text()}")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the master of a server started in a session of its own; if it has not exited
-    within :data:`STOP_SECONDS`, SIGKILL by PID to every process of that session (killing only
-    the master would orphan its workers)."""
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the master of a server started in a session of its own (in-flight requests
+    finish); then SIGKILL, by PID, to anything of that session still alive: a master that did
+    not stop within :data:`STOP_SECONDS`, or workers it orphaned."""
     if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
+        _signal(process.pid, signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):  # then killed below
             process.wait(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            kill_session(process)
+    if session_members(process.pid):
+        kill_session(process)
 
 
 def kill_session(process: subprocess.Popen[bytes]) -> list[int]:
@@ -148,14 +131,8 @@ class ServerProcess:
         return kill_session(self.process)
 
     def stop(self) -> None:
-        """SIGTERM to the master (in-flight requests finish), then SIGKILL, by PID, to anything
-        of the server still alive: a master that did not stop, or workers it orphaned."""
-        if self.process.poll() is None:
-            _signal(self.master, signal.SIGTERM)
-            with suppress(subprocess.TimeoutExpired):  # then killed below
-                self.process.wait(timeout=STOP_SECONDS)
-        if self.pids():
-            self.kill()
+        """See :func:`stop_server`."""
+        stop_server(self.process)
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -165,8 +142,8 @@ class ServerProcess:
 def server_process(
     database_url: str, *, workers: int = 2, threads: int = 4, env: dict[str, str] | None = None
 ) -> Iterator[ServerProcess]:
-    """Like :func:`running_server`, but yields the :class:`ServerProcess` (once all its workers
-    are up), which the test may kill; on exit every process of the server is stopped, whatever
+    """A server whose :class:`ServerProcess` the test may kill (yielded once /healthz answers
+    and all its workers are up); on exit every process of the server is stopped, whatever
     happened."""
     port = free_port()
     log = _log_path(port)

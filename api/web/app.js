@@ -117,18 +117,26 @@ async function call(method, path, { params, body, key } = {}) {
   return response;
 }
 
+// a response's JSON body, or null when it has none (or is not JSON)
+async function jsonOf(response) {
+  const text = await response.text();
+  try {
+    return { text, body: text ? JSON.parse(text) : null };
+  } catch (_) {
+    return { text, body: null };
+  }
+}
+
+async function refusal(response) {
+  const { text, body } = await jsonOf(response);
+  return new ApiError(response.status, body, text.slice(0, 200));
+}
+
 async function api(method, path, options) {
   const response = await call(method, path, options);
+  if (!response.ok) throw await refusal(response);
   if (response.status === 204) return null;
-  const text = await response.text();
-  let body = null;
-  try {
-    body = text ? JSON.parse(text) : null;
-  } catch (_) {
-    body = null;
-  }
-  if (!response.ok) throw new ApiError(response.status, body, text.slice(0, 200));
-  return body;
+  return (await jsonOf(response)).body;
 }
 
 const MAX_PAGE = 200; // the largest page the agent, policy and key lists serve
@@ -452,12 +460,7 @@ async function exportCsv(params) {
   try {
     const { limit, offset, ...filters } = params;
     const response = await call("GET", "/v1/audit-logs/export", { params: filters });
-    if (!response.ok) {
-      const text = await response.text();
-      let body = null;
-      try { body = JSON.parse(text); } catch (_) { body = null; }
-      throw new ApiError(response.status, body, text.slice(0, 200));
-    }
+    if (!response.ok) throw await refusal(response);
     const disposition = response.headers.get("Content-Disposition") || "";
     const name = (disposition.match(/filename="([^"]+)"/) || [])[1] || "audit-log.csv";
     const blob = await response.blob();

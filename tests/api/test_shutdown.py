@@ -12,9 +12,6 @@ import http.client
 import json
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,8 +22,7 @@ import tests.server
 from api import create_app
 from tests.api.helpers import make_agent
 from tests.conftest import Tenant, bearer
-from tests.secrets_scan import scan_server_log
-from tests.server import _processes, _stop, _wait_until_healthy, free_port, running_server
+from tests.server import _processes, running_server, server_process
 
 DEADLINE = 30  # seconds: a hang guard for waiting on the server, never a measure of speed
 
@@ -87,19 +83,8 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(database_url, setting
     rules = [{"type": "tool_allowlist", "tools": ["calendar.*"]}]
     agent_id = make_agent(client, bearer(key), "shutdown", rules)
 
-    port = free_port()
-    log = Path(tempfile.gettempdir()) / f"agentauth-shutdown-{port}.log"
-    command = [
-        sys.executable, "-m", "controller", "serve", "--host", "127.0.0.1", "--port", str(port),
-        "--db", database_url, "--workers", "1", "--threads", "4",
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        server = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )  # a session of its own: if it does not stop, _stop kills its workers too
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_healthy(base, server, log)
+    with server_process(database_url, workers=1, threads=4) as server:
+        base, port = server.base, int(server.base.rsplit(":", 1)[1])
         body = json.dumps(
             {"agent_id": agent_id, "tool_name": "calendar.create", "parameters": {"day": 1}}
         ).encode()
@@ -112,12 +97,12 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(database_url, setting
         conn.endheaders(body[:10])
         _wait_for("the request to be in flight", lambda: _in_flight(base) >= 2)  # it + the scrape
 
-        [worker] = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
-        assert _accepting(int(worker), port)
+        [worker] = server.workers()
+        assert _accepting(worker, port)
 
-        os.kill(server.pid, signal.SIGTERM)
-        _wait_for("the worker to stop accepting", lambda: not _accepting(int(worker), port))
-        assert server.poll() is None, "the server exited with a request in flight"
+        os.kill(server.master, signal.SIGTERM)
+        _wait_for("the worker to stop accepting", lambda: not _accepting(worker, port))
+        assert server.process.poll() is None, "the server exited with a request in flight"
 
         conn.send(body[10:])
         response = conn.getresponse()
@@ -125,14 +110,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(database_url, setting
         conn.close()
         assert response.status == 200, answer
         assert answer["allowed"] is True
-        assert server.wait(timeout=DEADLINE) == 0
-    finally:
-        try:
-            _stop(server)
-            if log.exists():
-                scan_server_log(log.read_text(errors="replace"))
-        finally:
-            log.unlink(missing_ok=True)
+        assert server.process.wait(timeout=DEADLINE) == 0
 
     entries = client.get("/v1/audit-logs", query_string={"agent_id": agent_id}, headers=bearer(key))
     app.extensions["agentauth"].db.dispose()

@@ -33,7 +33,7 @@ from core.config import Settings
 from core.db import Database
 from core.db.models import SyncStatus
 from tests.controller.conftest import agent_doc, write_files
-from tests.server import _stop, _wait_until_healthy, free_port
+from tests.server import _wait_until_healthy, free_port, stop_server
 
 WAIT = 20  # seconds a test waits for a result before it fails
 RESULT_LINE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ "  # a result the watch verb logs
@@ -321,7 +321,9 @@ def test_serve_applies_the_repo_before_serving_and_watches_it(repo_dir, database
     command = [sys.executable, "-m", "controller", "serve", "--port", str(port), "--db",
                database_url, "--workers", "1", "--repo", str(repo_dir), "--watch"]  # fmt: skip
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )  # a session of its own: stop_server finds every process of it by PID
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_until_healthy(base, process, log)
@@ -331,7 +333,7 @@ def test_serve_applies_the_repo_before_serving_and_watches_it(repo_dir, database
         second_id = load_repo(read_files(repo_dir)).agents[second].id
         assert _eventually_found(f"{base}/v1/agents/{second_id}", headers), log.read_text()
     finally:
-        _stop(process)
+        stop_server(process)
     text = log.read_text()
     assert "applied: 1 created" in text
     watcher_pid = int(re.findall(r"watching .* as pid (\d+)", text)[0])
@@ -346,11 +348,13 @@ def test_serve_starts_with_a_broken_repo_and_reports_it(repo_dir, database_url, 
     command = [sys.executable, "-m", "controller", "serve", "--port", str(port), "--db",
                database_url, "--workers", "1", "--repo", str(repo_dir)]  # fmt: skip
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )  # a session of its own: stop_server finds every process of it by PID
     try:
         _wait_until_healthy(f"http://127.0.0.1:{port}", process, log)
     finally:
-        _stop(process)
+        stop_server(process)
     text = log.read_text()
     assert "failed: the repository has" in text
     assert "p.yaml" in text
