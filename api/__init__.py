@@ -45,4 +45,5 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     for module in (meta, metrics, authorize, agents, policies, api_keys, audit_logs, sync_status):
         app.register_blueprint(module.bp)
     app.register_blueprint(dashboard.bp)
+    app.wsgi_app = authorize.FastPath(app, app.wsgi_app)  # type: ignore[method-assign]
     return app

@@ -20,6 +20,7 @@ from flask import Flask, Response, current_app, g, request
 
 from api.context import close_reader, now, reader, services
 from core import keys
+from core.db import Database
 from core.errors import InsufficientScope, RateLimited, StorageError, ValidationError
 from core.keys import Scope
 from core.limits import CounterStore, SqlCounters
@@ -125,8 +126,7 @@ def authenticate_request() -> None:
     moment = now()
     caller = keys.authenticate(reader(), request.headers.get("Authorization"), moment)
     g.principal = caller
-    window = int(moment.timestamp()) // WINDOW_SECONDS * WINDOW_SECONDS
-    g.key_slot = KeySlot(caller.key_id, window, svc.settings.rate_limit_per_minute, moment)
+    g.key_slot = slot_for(caller, moment, svc.settings.rate_limit_per_minute)
     if not getattr(view, "_agentauth_deferred_slot", False):
         with svc.db.connect(write=True) as connection:
             g.key_slot.take(SqlCounters(connection))
@@ -141,25 +141,35 @@ def key_slot() -> KeySlot:
     return slot
 
 
+def slot_for(caller: keys.Principal, moment: datetime, limit: int) -> KeySlot:
+    """The caller's place in the one-minute window holding ``moment``, not yet taken."""
+    window = int(moment.timestamp()) // WINDOW_SECONDS * WINDOW_SECONDS
+    return KeySlot(caller.key_id, window, limit, moment)
+
+
 def add_rate_headers(response: Response) -> Response:
     slot: KeySlot | None = g.get("key_slot")
-    if slot is None:
-        return response
-    if not slot.taken and response.status_code >= 500:
+    if slot is not None:
+        response.headers.update(settle_slot(slot, response.status_code, services().db))
+    return response
+
+
+def settle_slot(slot: KeySlot, status: int, db: Database) -> dict[str, str]:
+    """Once the answer's status is known: count a request whose view failed before taking its
+    slot, and give the rate-limit headers (also used by ``api.authorize.FastPath``)."""
+    if not slot.taken and status >= 500:
         # the service failed this request: it is not charged to the key, and an unavailable
         # database is not waited for a second time just to count it
-        return response
+        return {}
     if not slot.taken:  # a deferred slot the view never reached (it failed first) still counts
         try:
-            with services().db.connect(write=True) as connection:
+            with db.connect(write=True) as connection:
                 slot.take(SqlCounters(connection))
         except RateLimited:
             pass  # the request already failed on its own; its count is what mattered
         except StorageError:
             log.warning("could not count a failed request against its key's rate limit")
-    if slot.taken:
-        response.headers.update(slot.headers())
-    return response
+    return slot.headers() if slot.taken else {}
 
 
 def register(app: Flask) -> None:

@@ -44,22 +44,39 @@ def status_of(error: errors.AgentAuthError) -> int:
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> Response:
-    body: dict[str, Any] = {"code": code, "message": message, **extra}
-    response = jsonify({"error": body})
+    response = jsonify(error_body(code, message, **extra))
     response.status_code = status
     return response
 
 
-def render(error: errors.AgentAuthError) -> Response:
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def describe(error: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Status, body and extra headers for an error raised while serving a request, with what
+    an operator sees of it (log line, metrics): the one rendering of errors, for Flask's
+    handlers here and for the authorize fast path (``api.authorize.FastPath``)."""
+    if not isinstance(error, errors.AgentAuthError):
+        log.error("unexpected error", exc_info=error)
+        return 500, error_body("INTERNAL_ERROR", "unexpected server error"), {}
     extra: dict[str, Any] = {}
     if isinstance(error, errors.ValidationError) and error.problems:
         extra["details"] = [{"field": p.path, "message": p.message} for p in error.problems]
-    response = error_response(status_of(error), error.code, error.message, **extra)
+    headers: dict[str, str] = {}
     if isinstance(error, errors.RateLimited):
-        response.headers["Retry-After"] = str(error.retry_after)
+        headers["Retry-After"] = str(error.retry_after)
         RATE_LIMITED.labels("key").inc()
     if isinstance(error, errors.StorageError):
         log.error("storage error: %s", error.message, exc_info=error.__cause__)
+    return status_of(error), error_body(error.code, error.message, **extra), headers
+
+
+def render(error: Exception) -> Response:
+    status, body, headers = describe(error)
+    response = jsonify(body)
+    response.status_code = status
+    response.headers.update(headers)
     return response
 
 
@@ -80,12 +97,7 @@ def render_http(error: HTTPException) -> Response:
     return response
 
 
-def render_unexpected(error: Exception) -> Response:
-    log.error("unexpected error", exc_info=error)
-    return error_response(500, "INTERNAL_ERROR", "unexpected server error")
-
-
 def register(app: Flask) -> None:
     app.register_error_handler(errors.AgentAuthError, render)
     app.register_error_handler(HTTPException, render_http)
-    app.register_error_handler(Exception, render_unexpected)
+    app.register_error_handler(Exception, render)

@@ -30,10 +30,14 @@ _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 access = logging.getLogger("agentauth.access")
 
 
-def begin_request() -> None:
-    offered = request.headers.get(HEADER, "")
+def request_id(offered: str) -> str:
+    """The caller's ``X-Request-Id`` when it is sane and holds no key, else a new one."""
     sane = _SANE.fullmatch(offered) and not KEY_SEARCH.search(offered)  # a key is never echoed
-    g.request_id = offered if sane else uuid.uuid4().hex
+    return offered if sane else uuid.uuid4().hex
+
+
+def begin_request() -> None:
+    g.request_id = request_id(request.headers.get(HEADER, ""))
     g.received = time.perf_counter()  # the decision latency and the log line's start here
     IN_FLIGHT.inc()
     g.in_flight = True
@@ -47,26 +51,42 @@ def end_request(_error: BaseException | None) -> None:
 def finish_request(response: Response) -> Response:
     request_id: str = g.get("request_id") or uuid.uuid4().hex
     response.headers[HEADER] = request_id
-    if access.isEnabledFor(logging.INFO):
-        access.log(logging.ERROR if response.status_code >= 500 else logging.INFO, _line(response))
+    log_access(
+        request_id,
+        request.method,
+        request.path,
+        response.status_code,
+        g.get("received"),
+        g.get("principal"),
+    )
     return response
 
 
-def _line(response: Response) -> str:
-    caller: Principal | None = g.get("principal")
-    started: float | None = g.get("received")
+def log_access(
+    request_id: str,
+    method: str,
+    path: str,
+    status: int,
+    started: float | None,
+    caller: Principal | None,
+) -> None:
+    """The request's one line on the access logger (also written by the authorize fast path,
+    ``api.authorize.FastPath``)."""
+    if not access.isEnabledFor(logging.INFO):
+        return
     record = {
         "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "level": "error" if response.status_code >= 500 else "info",
-        "request_id": g.get("request_id"),
-        "method": request.method,
-        "path": request.path,
-        "status": response.status_code,
+        "level": "error" if status >= 500 else "info",
+        "request_id": request_id,
+        "method": method,
+        "path": path,
+        "status": status,
         "duration_ms": None if started is None else round((time.perf_counter() - started) * 1e3, 3),
         "workspace": caller.workspace_id if caller else None,
         "key_id": caller.key_id if caller else None,
     }
-    return json.dumps(record, separators=(",", ":"))
+    line = json.dumps(record, separators=(",", ":"))
+    access.log(logging.ERROR if status >= 500 else logging.INFO, line)
 
 
 def configure_logging() -> None:

@@ -22,7 +22,11 @@ def read_body(ref: str) -> dict[str, Any]:
     """The request body as a dict valid against schema ``ref``, or ValidationError."""
     if request.mimetype != "application/json" and not request.mimetype.endswith("+json"):
         raise ValidationError.field("body", "Content-Type must be application/json")
-    raw = request.get_data(cache=True)
+    return parse_body(request.get_data(cache=True), ref)
+
+
+def parse_body(raw: bytes, ref: str) -> dict[str, Any]:
+    """Body bytes as a dict valid against schema ``ref``, or ValidationError."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -5,6 +5,7 @@ Each worker process builds its own app (and so its own database engine) after th
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from typing import Any
@@ -31,7 +32,12 @@ class _Server(BaseApplication):  # type: ignore[misc]
         from api.observe import configure_logging
 
         configure_logging()
-        return create_app(self.settings)
+        app = create_app(self.settings)
+        # what the worker holds from here on (modules, the app, compiled schemas) lives as
+        # long as the worker: out of the cycle collector's sight, which would otherwise walk
+        # it again at each full collection
+        gc.freeze()
+        return app
 
 
 def serve(settings: Settings, host: str, port: int, workers: int, threads: int) -> None:

@@ -10,7 +10,7 @@ median over the rounds. ``wrk`` drives both with the same Lua script (POST body,
 header) and checks every response body; its ``--latency`` report gives p50/p99.
 
 :func:`profile_authorize` then splits one authorize request's time into phases in-process,
-single-threaded (auth hook, body, the decision's reads, the group-commit recorder's round trip
+single-threaded (key lookup, body, the decision's reads, the group-commit recorder's round trip
 and the statements of its transaction, the response), and runs the same requests from several
 threads at once to show how many decisions share a commit.
 """
@@ -842,15 +842,11 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
 
     setup = _setup(workdir)
     timers = _Timers()
-    # before create_app: api.auth.register() registers the hooks by their module-level names
-    timers.wrap(api.auth, "authenticate_request", AUTH)
-    timers.wrap(api.auth, "add_rate_headers", "after_request: rate-limit headers")
-    timers.wrap(api.auth, "close_reader", "teardown: close the read connection")
-    # looked up at call time
-    timers.wrap(core.keys, "authenticate", "key lookup")
+    # all looked up at call time; the fast path (api.authorize.FastPath) serves these requests
+    timers.wrap(core.keys, "authenticate", AUTH)
     timers.wrap(Reads, "api_key", "SELECT api_keys (driver)")
     timers.wrap(Reads, "agent", "SELECT agents (driver)")
-    timers.wrap(api.authorize, "read_body", BODY)
+    timers.wrap(api.authorize, "parse_body", BODY)
     timers.wrap(api.params, "parse_json", "strict JSON parse")
     timers.wrap(api.params, "require_valid", "schema quick check")
     timers.wrap(api.authorize, "decide", DECIDE)
@@ -861,10 +857,11 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
     timers.wrap(core.decisions, "evaluate", "evaluate (pure engine)")
     timers.wrap(core.audit, "entry", "audit row")
     timers.wrap(Outcome, "as_response", "response: Outcome.as_response")
+    timers.wrap(api.authorize, "settle_slot", "rate-limit headers (settle_slot)")
+    timers.wrap(api.authorize, "log_access", "access line (log_access)")
     _time_driver(timers)
     try:
         app = create_app(setup.settings)
-        timers.wrap(app, "make_response", "response: Flask make_response (JSON)")
         engine = app.extensions["agentauth"].db.engine
         started: dict[int, float] = {}
 
@@ -992,7 +989,7 @@ def _name(where: tuple[str, int, str]) -> str:
     return f"{short}:{line}({func})"
 
 
-AUTH = "auth hook (before_request)"
+AUTH = "key lookup (core.keys.authenticate)"
 BODY = "body: strict JSON parse + schema quick check"
 DECIDE = "decision (core.decisions.authorize)"
 ROUND_TRIP = "recorder round trip (Recorder.run)"
@@ -1002,9 +999,8 @@ _TOP_LEVEL = (
     BODY,
     DECIDE,
     "response: Outcome.as_response",
-    "response: Flask make_response (JSON)",
-    "after_request: rate-limit headers",
-    "teardown: close the read connection",
+    "rate-limit headers (settle_slot)",
+    "access line (log_access)",
 )
 
 
@@ -1022,8 +1018,7 @@ def _phases(timers: _Timers, requests: int, total: float) -> list[Phase]:
 
     rows = [
         row(AUTH, 0),
-        row("key lookup (core.keys.authenticate)", 1, "key lookup"),
-        row("of which SELECT api_keys (driver, pool checkout)", 2, "SELECT api_keys (driver)"),
+        row("of which SELECT api_keys (driver, pool checkout)", 1, "SELECT api_keys (driver)"),
         row(BODY, 0),
         row("strict JSON parse (api.params.parse_json)", 1, "strict JSON parse"),
         row("schema quick check (require_valid, fast_check)", 1, "schema quick check"),
@@ -1051,6 +1046,11 @@ def _phases(timers: _Timers, requests: int, total: float) -> list[Phase]:
     rows += [row(label, 0) for label in _TOP_LEVEL[3:]]
     measured = sum(timers.micros(label, requests) for label in _TOP_LEVEL)
     rows.append(
-        Phase("Flask dispatch, other hooks, test client", 0, max(0.0, total - measured), None)
+        Phase(
+            "the fast path's own work, JSON encoding, test client",
+            0,
+            max(0.0, total - measured),
+            None,
+        )
     )
     return rows
