@@ -5,6 +5,7 @@ every kind of answer; and the calls the fast path leaves to Flask reach it uncha
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -108,14 +109,15 @@ def test_both_paths_answer_alike(case, app, flask_only, clock, handed_on, caplog
 
 
 def _access_fields(line: str) -> tuple[Any, ...]:
-    import json
-
     record = json.loads(line)
-    assert record["request_id"] and record["key_id"] and record["workspace"]
+    assert record["request_id"]
+    assert record["key_id"]
+    assert record["workspace"]
     assert isinstance(record["duration_ms"], float)
     return record["level"], record["method"], record["path"], record["status"]
 
 
+JSON = {"content_type": "application/json"}
 CALLS_FOR_FLASK: dict[str, dict[str, Any]] = {
     "no key": {"json": {"agent_id": "x", "tool_name": "t"}, "headers": {}},
     "a revoked-looking key": {
@@ -123,14 +125,12 @@ CALLS_FOR_FLASK: dict[str, dict[str, Any]] = {
         "headers": bearer("svc_" + "0" * 32),
     },
     "an invalid body": {"json": {"agent_id": 1, "tool_name": "t"}},
-    "not JSON": {"data": b"{nope", "content_type": "application/json"},
-    "duplicate keys": {"data": b'{"agent_id":"a","agent_id":"b","tool_name":"t"}',
-                       "content_type": "application/json"},  # fmt: skip
-    "not UTF-8": {"data": b'{"agent_id":"\xff","tool_name":"t"}',
-                  "content_type": "application/json"},  # fmt: skip
+    "not JSON": {"data": b"{nope", **JSON},
+    "duplicate keys": {"data": b'{"agent_id":"a","agent_id":"b","tool_name":"t"}', **JSON},
+    "not UTF-8": {"data": b'{"agent_id":"\xff","tool_name":"t"}', **JSON},
     "a query string": {"json": {"agent_id": "x", "tool_name": "t"}, "query": "dry_run=1"},
     "text/plain": {"data": b'{"agent_id":"x","tool_name":"t"}', "content_type": "text/plain"},
-    "too large": {"data": b" " * 2_000_000, "content_type": "application/json"},
+    "too large": {"data": b" " * 2_000_000, **JSON},
 }
 
 
