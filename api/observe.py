@@ -49,10 +49,10 @@ def end_request(_error: BaseException | None) -> None:
 
 
 def finish_request(response: Response) -> Response:
-    request_id: str = g.get("request_id") or uuid.uuid4().hex
-    response.headers[HEADER] = request_id
+    rid: str = g.get("request_id") or uuid.uuid4().hex
+    response.headers[HEADER] = rid
     log_access(
-        request_id,
+        rid,
         request.method,
         request.path,
         response.status_code,
