@@ -152,7 +152,14 @@ class FastPath:
     def _body(self, environ: dict[str, Any]) -> bytes | None:
         """The body, or None when the client sent less than it announced (Flask says so)."""
         size = int(environ["CONTENT_LENGTH"])
-        raw: bytes = environ["wsgi.input"].read(size) if size else b""
+        stream, parts, got = environ["wsgi.input"], [], 0
+        while got < size:  # a server's stream may hand the body over in several reads
+            part = stream.read(size - got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+        raw = b"".join(parts)
         if len(raw) != size:
             environ["wsgi.input"] = io.BytesIO(raw)
             return None

@@ -158,3 +158,32 @@ def test_a_body_shorter_than_announced_is_refused(app, workspace, handed_on):
     )
     assert response.status_code == 400
     assert handed_on == ["POST"]
+
+
+class _Trickle:
+    """A request stream that hands the body over a few bytes per read, as a server may."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read(self, size: int = -1) -> bytes:
+        size = len(self.data) if size < 0 else min(size, 7)
+        part, self.data = self.data[:size], self.data[size:]
+        return part
+
+
+def test_a_body_read_in_pieces_is_served_whole(app, workspace, handed_on):
+    headers = workspace.headers("admin")
+    client = app.test_client()
+    agent_id = make_agent(client, headers, "trickle", RULES["allowed"])
+    body = json.dumps({"agent_id": agent_id, "tool_name": "calendar.create"}).encode()
+    response = client.post(
+        "/v1/authorize",
+        data=body,
+        headers=headers,
+        content_type="application/json",
+        environ_overrides={"wsgi.input": _Trickle(body)},
+    )
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.json["allowed"] is True
+    assert handed_on == []
