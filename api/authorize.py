@@ -25,7 +25,7 @@ from api import metrics
 from api.auth import KeySlot, counts_in_its_transaction, key_slot, settle_slot, slot_for
 from api.context import Services, now, principal, reader, services
 from api.errors import describe
-from api.observe import HEADER, log_access, request_id
+from api.observe import HEADER, RECEIVED, log_access, request_id
 from api.params import parse_body, read_body
 from core import keys
 from core.decisions import Outcome
@@ -79,6 +79,7 @@ class FastPath:
         self.services: Services = app.extensions["agentauth"]
         self.max_body: int = app.config["MAX_CONTENT_LENGTH"]
         self.json = app.json
+        self.app = app
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         if not self._serves(environ):
@@ -103,30 +104,34 @@ class FastPath:
     def _answer(
         self, environ: dict[str, Any], received: float
     ) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        svc = self.services
+        moment = svc.clock()  # before the body arrives, as Flask's auth hook reads it
         raw = self._body(environ)
         if raw is None:
-            return None
-        svc = self.services
-        moment = svc.clock()
+            return self._hand_on(environ, received, None)
         reads = Reads(svc.db.engine)
+        caller: Principal | None = None
+        slot: KeySlot | None = None
         try:
             try:
                 caller = keys.authenticate(reads, environ.get("HTTP_AUTHORIZATION"), moment)
                 body = parse_body(raw, REQUEST_SCHEMA)
-            except Exception:  # refused before the decision: Flask answers, as for any request
-                environ["wsgi.input"] = io.BytesIO(raw)
-                return None
-            slot = slot_for(caller, moment, svc.settings.rate_limit_per_minute)
-            try:
-                outcome = decide_and_count(svc, caller, body, moment, received, reads, slot)
-                status, answer, extra = 200, outcome.as_response(), dict[str, str]()
-            except Exception as exc:
+            except StorageError as exc:  # answered here: Flask would wait for the database again
                 status, answer, extra = describe(exc)
+            except Exception:  # refused before the decision: Flask answers, as for any request
+                return self._hand_on(environ, received, raw)
+            else:
+                slot = slot_for(caller, moment, svc.settings.rate_limit_per_minute)
+                try:
+                    outcome = decide_and_count(svc, caller, body, moment, received, reads, slot)
+                    status, answer, extra = 200, outcome.as_response(), dict[str, str]()
+                except Exception as exc:
+                    status, answer, extra = describe(exc)
         finally:
             reads.close()
-        extra.update(settle_slot(slot, status, svc.db))
-        # what Flask's JSON provider makes of a view's dict: compact, keys in order, a newline
-        data = (self.json.dumps(answer, separators=(",", ":")) + "\n").encode()
+        if slot is not None:
+            extra.update(settle_slot(slot, status, svc.db))
+        data = self._encode(answer)
         rid = request_id(environ.get("HTTP_X_REQUEST_ID", ""))
         headers = [
             ("Content-Type", "application/json"),
@@ -136,6 +141,25 @@ class FastPath:
         ]
         log_access(rid, "POST", PATH, status, received, caller)
         return status, headers, data
+
+    @staticmethod
+    def _hand_on(environ: dict[str, Any], received: float, raw: bytes | None) -> None:
+        """Leave the call to Flask: the body read so far back in ``wsgi.input``, and the
+        moment of receipt for its access line's duration."""
+        if raw is not None:
+            environ["wsgi.input"] = io.BytesIO(raw)
+        environ[RECEIVED] = received
+        return None
+
+    def _encode(self, answer: dict[str, Any]) -> bytes:
+        """What Flask's JSON provider makes of a view's dict (its ``response``): compact, or
+        indented in debug mode; keys in order; a newline."""
+        compact = getattr(self.json, "compact", None)
+        if (compact is None and self.app.debug) or compact is False:
+            text = self.json.dumps(answer, indent=2)
+        else:
+            text = self.json.dumps(answer, separators=(",", ":"))
+        return (text + "\n").encode()
 
     def _serves(self, environ: dict[str, Any]) -> bool:
         """Whether this is a call for this path: anything else is Flask's from the start."""
@@ -150,11 +174,15 @@ class FastPath:
         return length.isascii() and length.isdigit() and int(length) <= self.max_body
 
     def _body(self, environ: dict[str, Any]) -> bytes | None:
-        """The body, or None when the client sent less than it announced (Flask says so)."""
+        """The body, or None when the client sent less than it announced, or its stream failed
+        (Flask, given what did arrive, answers 400 as it does for any request)."""
         size = int(environ["CONTENT_LENGTH"])
         stream, parts, got = environ["wsgi.input"], [], 0
         while got < size:  # a server's stream may hand the body over in several reads
-            part = stream.read(size - got)
+            try:
+                part = stream.read(size - got)
+            except (OSError, ValueError):  # the client went away: Flask answers that too
+                break
             if not part:
                 break
             parts.append(part)

@@ -187,3 +187,78 @@ def test_a_body_read_in_pieces_is_served_whole(app, workspace, handed_on):
     assert response.status_code == 200, response.get_data(as_text=True)
     assert response.json["allowed"] is True
     assert handed_on == []
+
+
+class _Broken:
+    """A request stream whose client goes away after a few bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data[:5]
+
+    def read(self, size: int = -1) -> bytes:
+        if self.data:
+            part, self.data = self.data, b""
+            return part
+        raise ConnectionResetError("the client went away")
+
+
+def test_a_client_gone_mid_body_gets_flasks_400_and_an_access_line(
+    app, workspace, handed_on, caplog
+):
+    body = b'{"agent_id":"x","tool_name":"t"}'
+    with caplog.at_level(logging.INFO, logger="agentauth.access"):
+        response = app.test_client().post(
+            "/v1/authorize",
+            data=body,
+            headers=workspace.headers("admin"),
+            content_type="application/json",
+            environ_overrides={"wsgi.input": _Broken(body)},
+        )
+    assert response.status_code == 400
+    assert response.json["error"]["code"] == "VALIDATION_ERROR"
+    assert handed_on == ["POST"]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "agentauth.access"]
+    assert [(line["path"], line["status"]) for line in lines] == [("/v1/authorize", 400)]
+
+
+def test_a_database_failure_at_the_key_lookup_is_answered_once(
+    app, flask_only, workspace, handed_on, monkeypatch
+):
+    """The fast path answers it itself: Flask would look the key up, and wait for an
+    unavailable database, a second time."""
+    import core.keys
+    from core.errors import StorageError
+
+    lookups: list[str] = []
+
+    def unavailable(*_args: Any) -> Any:
+        lookups.append("key")
+        raise StorageError("the database connection was lost")
+
+    monkeypatch.setattr(core.keys, "authenticate", unavailable)
+    body = {"agent_id": "x", "tool_name": "t"}
+    answers = []
+    for served_by in (app, flask_only):
+        lookups.clear()
+        response = served_by.test_client().post("/v1/authorize", json=body, headers={})
+        answers.append((_answer(response), len(lookups)))
+    assert answers[0] == answers[1]
+    assert answers[0][0][0] == 500
+    assert answers[0][1] == 1
+    assert handed_on == []
+
+
+def test_in_debug_mode_both_paths_indent_alike(app, flask_only, clock):
+    answers = []
+    for served_by in (app, flask_only):
+        served_by.debug = True
+        client = served_by.test_client()
+        headers = bearer(Tenant(served_by, f"debug-{id(served_by)}", clock).key("admin"))
+        agent_id = make_agent(client, headers, "debug", RULES["denied"])
+        body = {"agent_id": agent_id, "tool_name": "calendar.create"}
+        text = client.post("/v1/authorize", json=body, headers=headers).get_data(as_text=True)
+        answers.append(
+            [line for line in text.splitlines() if "Id" not in line and "latency" not in line]
+        )
+    assert answers[0] == answers[1]
+    assert answers[0][0] == "{"
