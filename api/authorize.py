@@ -16,9 +16,9 @@ import io
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from flask import Blueprint, Flask, g
+from flask import Blueprint, Flask, Response, g
 from werkzeug.http import HTTP_STATUS_CODES
 
 from api import metrics
@@ -78,7 +78,6 @@ class FastPath:
         self.inner = inner
         self.services: Services = app.extensions["agentauth"]
         self.max_body: int = app.config["MAX_CONTENT_LENGTH"]
-        self.json = app.json
         self.app = app
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -88,18 +87,14 @@ class FastPath:
         metrics.IN_FLIGHT.inc()  # from here, as Flask's hook would, until answered or handed on
         try:
             answer = self._answer(environ, received)
-        except BaseException:
-            metrics.IN_FLIGHT.dec()
-            raise
-        if answer is None:  # Flask's to answer, with the body given back in wsgi.input
-            metrics.IN_FLIGHT.dec()
-            return self.inner(environ, start_response)
-        try:
-            status, headers, data = answer
-            start_response(f"{status} {HTTP_STATUS_CODES[status].upper()}", headers)
-            return [data]
+            if answer is not None:
+                status, headers, data = answer
+                start_response(f"{status} {HTTP_STATUS_CODES[status].upper()}", headers)
+                return [data]
         finally:
             metrics.IN_FLIGHT.dec()
+        # Flask's to answer, with the body given back in wsgi.input
+        return self.inner(environ, start_response)
 
     def _answer(
         self, environ: dict[str, Any], received: float
@@ -131,10 +126,12 @@ class FastPath:
             reads.close()
         if slot is not None:
             extra.update(settle_slot(slot, status, svc.db))
-        data = self._encode(answer)
+        # Flask's JSON provider makes the body, as it does of a view's dict
+        encoded = cast(Response, self.app.json.response(answer))  # app.response_class
+        data = encoded.get_data()
         rid = request_id(environ.get("HTTP_X_REQUEST_ID", ""))
         headers = [
-            ("Content-Type", "application/json"),
+            ("Content-Type", encoded.content_type or "application/json"),
             ("Content-Length", str(len(data))),
             *extra.items(),
             (HEADER, rid),
@@ -150,16 +147,6 @@ class FastPath:
             environ["wsgi.input"] = io.BytesIO(raw)
         environ[RECEIVED] = received
         return None
-
-    def _encode(self, answer: dict[str, Any]) -> bytes:
-        """What Flask's JSON provider makes of a view's dict (its ``response``): compact, or
-        indented in debug mode; keys in order; a newline."""
-        compact = getattr(self.json, "compact", None)
-        if (compact is None and self.app.debug) or compact is False:
-            text = self.json.dumps(answer, indent=2)
-        else:
-            text = self.json.dumps(answer, separators=(",", ":"))
-        return (text + "\n").encode()
 
     def _serves(self, environ: dict[str, Any]) -> bool:
         """Whether this is a call for this path: anything else is Flask's from the start."""

@@ -98,6 +98,5 @@ def render_http(error: HTTPException) -> Response:
 
 
 def register(app: Flask) -> None:
-    app.register_error_handler(errors.AgentAuthError, render)
     app.register_error_handler(HTTPException, render_http)
-    app.register_error_handler(Exception, render)
+    app.register_error_handler(Exception, render)  # ours (AgentAuthError) and any other

@@ -92,7 +92,8 @@ def test_both_paths_answer_alike(case, app, flask_only, clock, handed_on, caplog
         agent_id = make_agent(client, headers, "paths", RULES.get(case, RULES["allowed"]))
         if case == "suspended agent":
             path = f"/v1/agents/{agent_id}"
-            assert client.patch(path, json={"status": "suspended"}, headers=headers).status_code
+            patched = client.patch(path, json={"status": "suspended"}, headers=headers)
+            assert patched.status_code == 200
         if case == "unknown agent":
             agent_id = "00000000-0000-4000-8000-000000000000"
         calls = LIMIT - (3 if case == "suspended agent" else 2) + (1 if "budget" in case else 0)
