@@ -5,16 +5,28 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 FUZZ_EXAMPLES ?= 1000
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-pg fuzz lint format types imports check bench screenshots clean
+LOCK := requirements
+.PHONY: help install lock run test test-pg fuzz lint format types imports check bench screenshots clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}' \
+		| sed 's|$$(PG_TEST_URL)|$(PG_TEST_URL)|; s|$$(FUZZ_EXAMPLES)|$(FUZZ_EXAMPLES)|'
 
 $(PY):
 	python3 -m venv $(VENV)
 
-install: $(PY) ## install the service with test and lint tools into .venv
-	$(PY) -m pip install -q -e '.[dev]'
+install: $(PY) ## install the service with test and lint tools into .venv, from the lock
+	$(PY) -m pip install -q --require-hashes -r $(LOCK)/dev.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+
+# One resolution (dev, the widest) for every lock; run and test are cut from it, so the three
+# never disagree on a version. --universal: the same lock serves every platform and Python 3.11+.
+UV_COMPILE = $(VENV)/bin/uv pip compile -q --generate-hashes --universal --python-version 3.11 \
+	setup.cfg $(LOCK)/build.in
+lock: install ## resolve setup.cfg's ranges anew into requirements/*.txt (then run the suite, commit)
+	$(UV_COMPILE) --extra dev --upgrade -o $(LOCK)/dev.txt
+	$(UV_COMPILE) --extra test -c $(LOCK)/dev.txt -o $(LOCK)/test.txt
+	$(UV_COMPILE) -c $(LOCK)/dev.txt -o $(LOCK)/run.txt
 
 run: install ## serve on http://127.0.0.1:8080 with SQLite (agentauth.db)
 	$(VENV)/bin/agentauth serve
@@ -53,4 +65,4 @@ screenshots: install ## redraw docs/screenshots from the dashboard's browser tes
 	AGENTAUTH_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/dashboard
 
 clean: ## remove caches and the local database
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis agentauth.db agentauth.db-*
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis agentauth.db agentauth.db-* demo.db demo.db-*
