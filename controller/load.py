@@ -173,6 +173,12 @@ def parse_file(source: SourceFile) -> LoadedFile:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        # a PyYAML release may refuse deep nesting itself, in its own words (6.0.4 stops at
+        # 1,000 flow levels while it looks ahead for a key): what it read before refusing is
+        # measured by our bound, so the refusal reads the same on every release
+        too_deep = _deep_node(_text_before(text, line, column), complete=False)
+        if too_deep is not None:
+            return _failed(source, f"nests more than {MAX_DEPTH} levels deep", *too_deep)
         reason = " ".join(str(part) for part in (exc.context, exc.problem) if part)
         return _failed(source, f"is not valid YAML: {reason}", line, column)
     except yaml.YAMLError as exc:
@@ -221,16 +227,36 @@ def _too_deep(text: str) -> tuple[int, int] | None:
     overflow the composer's C stack; None otherwise (the builder bounds the rest)."""
     if sum(text.count(opener) for opener in "[{-?:\n") < _SAFE_TO_COMPOSE:
         return None
+    return _deep_node(text, complete=True)
+
+
+def _deep_node(text: str, *, complete: bool) -> tuple[int, int] | None:
+    """The (line, column) of the first node nested past :data:`MAX_DEPTH`, measured on the
+    event stream (libyaml's parser keeps its own stack). ``complete=False`` reads a text cut
+    short: the error at its end is no news, and only the events before it count."""
     depth = 0  # collections open around the next node, as the builder counts its depth
-    for event in yaml.parse(text, Loader=_Composer):
-        if isinstance(event, yaml.NodeEvent) and depth > MAX_DEPTH:
-            mark = event.start_mark
-            return (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
+    try:
+        for event in yaml.parse(text, Loader=_Composer):
+            if isinstance(event, yaml.NodeEvent) and depth > MAX_DEPTH:
+                mark = event.start_mark
+                return (mark.line + 1, mark.column + 1) if mark else (1, 1)
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        if complete:
+            raise
     return None
+
+
+def _text_before(text: str, line: int, column: int) -> str:
+    """``text`` up to the 1-based (line, column) a YAML error points at (all of it when the
+    mark counts line breaks that ``\\n`` does not, such as a lone ``\\r``)."""
+    lines = text.split("\n", line - 1)
+    if len(lines) < line:
+        return text
+    return "\n".join([*lines[: line - 1], lines[line - 1][: column - 1]])
 
 
 def _failed(source: SourceFile, message: str, line: int, column: int) -> LoadedFile:
