@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, current_app, jsonify
 from werkzeug.exceptions import HTTPException
 
 from api.metrics import RATE_LIMITED
@@ -86,7 +86,7 @@ def render_http(error: HTTPException) -> Response:
     messages = {
         404: "no such endpoint",
         405: "method not allowed for this endpoint",
-        413: "request body is larger than the limit",
+        413: f"the request body is larger than the limit of {_size(current_app)}",
     }
     response = error_response(status, code, messages.get(status, error.description or code))
     if status == 405:
@@ -95,6 +95,13 @@ def render_http(error: HTTPException) -> Response:
             if name.lower() == "allow":
                 response.headers["Allow"] = value
     return response
+
+
+def _size(app: Flask) -> str:
+    """The body limit in words: ``1 MiB (1,048,576 bytes)``."""
+    limit = int(app.config["MAX_CONTENT_LENGTH"])
+    mib, rest = divmod(limit, 1024 * 1024)
+    return f"{mib} MiB ({limit:,} bytes)" if mib and not rest else f"{limit:,} bytes"
 
 
 def register(app: Flask) -> None:

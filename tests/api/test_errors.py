@@ -261,6 +261,7 @@ def test_every_body_endpoint_refuses_a_body_over_1_mib_with_413(
         client, world, method, path, admin_headers, data=raw, content_type="application/json"
     )
     assert_error(response, 413, "PAYLOAD_TOO_LARGE")
+    assert "1 MiB (1,048,576 bytes)" in response.get_json()["error"]["message"]
     assert snapshot(client, admin_headers) == before
 
 
