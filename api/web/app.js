@@ -49,6 +49,31 @@ function badge(text, kind) {
   return h("span", { class: `badge ${kind || text}` }, text);
 }
 
+// a count with its noun, singular for exactly one: "1 parameter", "0 parameters", "2 rows".
+// Every count the page shows in words goes through here.
+function counted(n, singular, plural = `${singular}s`) {
+  return `${n} ${Number(n) === 1 ? singular : plural}`;
+}
+
+// A table wider than its panel (on a phone, most are) scrolls sideways in a box of its own, so
+// the page itself never does. Overlay scrollbars (phones, many laptops) show nothing until the
+// box is touched, so a shadow on either edge says there is more that way: the box is marked
+// more-left / more-right whenever it is scrolled or it or its table changes size (a row's
+// details opening, a phone turning).
+function scroller(table) {
+  const box = h("div", { class: "scroll" }, table);
+  const mark = () => {
+    const hidden = box.scrollWidth - box.clientWidth;
+    box.classList.toggle("more-left", box.scrollLeft > 1);
+    box.classList.toggle("more-right", box.scrollLeft < hidden - 1);
+  };
+  box.addEventListener("scroll", mark, { passive: true });
+  const watch = new ResizeObserver(mark);
+  watch.observe(box);
+  watch.observe(table);
+  return box;
+}
+
 // ------------------------------------------------------------------------------- messages
 
 function say(text, kind) {
@@ -280,7 +305,7 @@ function ruleText(rule) {
       return parts.join("; ") + on;
     }
     case "rate_limit":
-      return `max ${rule.rateLimit.maxCalls} calls / ${rule.rateLimit.windowSeconds} s${on}`;
+      return `max ${counted(rule.rateLimit.maxCalls, "call")} / ${rule.rateLimit.windowSeconds} s${on}`;
     case "time_based": {
       const w = rule.timeWindow;
       const days = w.allowedDays ? ranges(w.allowedDays, (a, b) =>
@@ -323,7 +348,7 @@ async function agentsPage(args) {
     isAdmin() ? h("td", { class: "actions" }, statusButtons(agent, () => agentsPage(args))) : null));
   show(token, h("section", { class: "panel" },
     h("h1", {}, "Agents"),
-    page.data.length ? h("div", { class: "scroll" }, h("table", {},
+    page.data.length ? scroller(h("table", { id: "agents" },
       h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Status"),
         h("th", {}, "Description"), h("th", {}, "Updated"), isAdmin() ? h("th", {}, "") : null)),
       h("tbody", {}, rows)))
@@ -381,7 +406,7 @@ async function agentPage(id) {
     isAdmin() ? h("div", { class: "actions" }, statusButtons(agent, () => agentPage(id))) : null),
   h("section", { class: "panel" },
     h("h2", {}, "Policies, in evaluation order"),
-    ordered.length ? h("div", { class: "scroll" }, h("table", { id: "policies" },
+    ordered.length ? scroller(h("table", { id: "policies" },
       h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "Policy"), h("th", {}, "Priority"),
         h("th", {}, "State"), h("th", {}, "Rules"), h("th", {}, "Managed by"))),
       h("tbody", {}, policyRows)))
@@ -396,7 +421,7 @@ async function agentPage(id) {
 }
 
 function entriesTable(entries, names) {
-  return h("div", { class: "scroll" }, h("table", { id: "entries" },
+  return scroller(h("table", { id: "entries" },
     h("thead", {}, h("tr", {}, h("th", {}, "Time"), h("th", {}, "Agent"), h("th", {}, "Tool"),
       h("th", {}, "Result"), h("th", {}, "Reason"), h("th", {}, "ms"), h("th", {}, "Parameters"))),
     h("tbody", {}, entries.map((entry) => h("tr", {},
@@ -406,7 +431,7 @@ function entriesTable(entries, names) {
       h("td", {}, badge(entry.result, entry.result === "allowed" ? "active" : "revoked")),
       h("td", {}, entry.reason),
       h("td", { class: "num" }, entry.latencyMs === null ? "" : Number(entry.latencyMs).toFixed(1)),
-      h("td", {}, h("details", {}, h("summary", {}, `${Object.keys(entry.parameters || {}).length} parameters`),
+      h("td", {}, h("details", {}, h("summary", {}, counted(Object.keys(entry.parameters || {}).length, "parameter")),
         h("pre", {}, JSON.stringify(entry.parameters, null, 2)))))))));
 }
 
@@ -471,9 +496,11 @@ async function exportCsv(params) {
     setTimeout(() => URL.revokeObjectURL(link.href), 60000);
     if (response.headers.get("X-Svc-Export-Truncated") === "true") {
       const cap = response.headers.get("X-Svc-Export-Limit") || "5000";
-      notice.textContent = `The export was cut at ${cap} rows (the newest). Narrow From and To and export again for the rest.`;
+      notice.textContent = `The export was cut at ${counted(cap, "row")} (the newest). Narrow From and To and export again for the rest.`;
+      notice.className = "notice warn";  // the file is not all that was asked for
     } else {
       notice.textContent = `Downloaded ${name}.`;
+      notice.className = "notice ok";
     }
     notice.hidden = false;
   } catch (error) {
@@ -485,7 +512,7 @@ async function exportCsv(params) {
 // refusal in words, without the form. `fresh` is a key just created, shown once above the list.
 async function keysPage(args, fresh) {
   const token = generation;
-  const created = h("div", { id: "new-key", class: "panel notice", hidden: true });
+  const created = h("div", { id: "new-key", class: "panel notice warn", hidden: true });
   if (fresh) showNewKey(created, fresh);
   let keys;
   try {
@@ -542,7 +569,7 @@ async function keysPage(args, fresh) {
       }
     } }, "Revoke"))));
   show(token, h("section", { class: "panel" }, h("h1", {}, "API keys"), created,
-    h("div", { class: "scroll" }, h("table", { id: "keys" },
+    scroller(h("table", { id: "keys" },
       h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Prefix"), h("th", {}, "Scopes"),
         h("th", {}, "Expires"), h("th", {}, "Created"), h("th", {}, ""))),
       h("tbody", {}, rows)))),

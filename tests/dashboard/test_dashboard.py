@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Route, expect, sync_playwright
 
 from api import create_app
 from controller.apply import apply_files
@@ -601,4 +601,242 @@ def test_every_page_fits_a_phone_screen(browser, base, world, route):
     phone.goto(f"/dashboard/{f'#/agents/{agent}' if route == 'agent' else route}")
     expect(phone.locator("main h1")).to_be_visible()
     assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    context.close()
+
+
+# a name without a dash or a space: nowhere for a line to break but where the page breaks it
+LONG_NAME = "payments_refund_agent_production_eu_west_1_primary_replica"
+# the computed box-shadow of a table's box with more of the table beyond its right / left edge
+MORE_RIGHT = re.compile(r"\) -\d+px 0px [^,]*inset")
+MORE_LEFT = re.compile(r"\) \d+px 0px [^,]*inset")
+
+
+def test_counts_say_one_parameter_and_two_parameters(page, world):
+    rules = [
+        {"type": "tool_allowlist", "tools": ["*"]},
+        {
+            "type": "rate_limit",
+            "tools": ["one.*"],
+            "rateLimit": {"maxCalls": 1, "windowSeconds": 60},
+        },
+        {
+            "type": "rate_limit",
+            "tools": ["two.*"],
+            "rateLimit": {"maxCalls": 2, "windowSeconds": 60},
+        },
+    ]
+    agent = world.agent("counter", {"name": "counted", "rules": rules})
+    world.decide(agent, "zero.call")
+    world.decide(agent, "one.call", a=1)
+    world.decide(agent, "two.call", a=1, b=2)
+    sign_in(page, world.admin)
+    page.goto(f"/dashboard/#/agents/{agent}")
+    expect(page.locator("#policies ol.rules li")).to_have_text(
+        ["allow all tools", "max 1 call / 60 s (on one.*)", "max 2 calls / 60 s (on two.*)"]
+    )
+    entries = page.locator("#entries tbody tr")
+    expect(entries).to_have_count(3)
+    for tool, shown in [("zero", "0 parameters"), ("one", "1 parameter"), ("two", "2 parameters")]:
+        expect(entries.filter(has_text=f"{tool}.call").locator("summary")).to_have_text(shown)
+
+    # an export cut at a single row (the service's cap is 5,000; the words must fit any cap)
+    cut = {"X-Svc-Export-Truncated": "true", "X-Svc-Export-Limit": "1"}
+    page.route(
+        requests_to("/v1/audit-logs/export"),
+        lambda route: route.fulfill(status=200, headers=cut, content_type="text/csv", body="x\n"),
+    )
+    page.goto("/dashboard/#/audit")
+    with page.expect_download():
+        page.get_by_role("button", name="Export CSV").click()
+    expect(page.locator("#export-notice")).to_contain_text("The export was cut at 1 row (")
+
+
+COLOURS = "e => ['color', 'backgroundColor', 'borderTopColor'].map((p) => getComputedStyle(e)[p])"
+
+
+def colours(box: Locator) -> tuple[str, ...]:
+    """A box's text, background and border colours, as the browser computes them."""
+    return tuple(box.evaluate(COLOURS))
+
+
+def palette(page: Page, name: str) -> str:
+    """A colour of the style sheet's palette (a custom property of :root), computed."""
+    return str(
+        page.evaluate(
+            """(name) => {
+                const probe = document.createElement("i");
+                probe.style.color = `var(${name})`;
+                document.body.append(probe);
+                const colour = getComputedStyle(probe).color;
+                probe.remove();
+                return colour;
+            }""",
+            name,
+        )
+    )
+
+
+def test_a_success_notice_looks_like_a_success_not_a_warning_or_an_error(
+    page, world, expected_console_errors
+):
+    expected_console_errors.append("status of 500")
+    agent = world.agent("exported", ALLOW_CALENDAR)
+    world.decide(agent, "calendar.create")
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="Audit log").click()
+    notice = page.locator("#export-notice")
+    export = page.get_by_role("button", name="Export CSV")
+
+    with page.expect_download():
+        export.click()
+    expect(notice).to_contain_text("Downloaded svc-audit-log-")
+    expect(notice).to_have_class(re.compile(r"\bok\b"))
+    done = colours(notice)
+
+    # the same notice, when the file was cut: a warning
+    cut = {"X-Svc-Export-Truncated": "true", "X-Svc-Export-Limit": "5000"}
+    page.route(
+        requests_to("/v1/audit-logs/export"),
+        lambda route: route.fulfill(status=200, headers=cut, content_type="text/csv", body="x\n"),
+        times=1,
+    )
+    with page.expect_download():
+        export.click()
+    expect(notice).to_contain_text("cut at 5000 rows")
+    expect(notice).to_have_class(re.compile(r"\bwarn\b"))
+    warned = colours(notice)
+
+    # an export the service refuses: an error
+    page.route(
+        requests_to("/v1/audit-logs/export"),
+        answer_with(500, "INTERNAL_ERROR", "unexpected server error"),
+        times=1,
+    )
+    export.click()
+    message = page.locator("#message")
+    expect(message).to_have_text("The service answered 500 INTERNAL_ERROR: unexpected server error")
+    erred = colours(message)
+
+    assert done[:2] == (palette(page, "--ok"), palette(page, "--ok-bg"))  # green, as "… revoked."
+    assert warned[:2] == (palette(page, "--warn"), palette(page, "--warn-bg"))
+    assert erred[:2] == (palette(page, "--bad"), palette(page, "--bad-bg"))
+    for a, b in [(done, warned), (done, erred)]:
+        assert all(x != y for x, y in zip(a, b, strict=True)), (a, b)
+
+
+def cell_edges(row: Locator) -> list[tuple[float, float]]:
+    """The top and bottom border of every cell of a table row, in CSS pixels."""
+    edges = row.evaluate(
+        "r => [...r.cells].map((c) => c.getBoundingClientRect()).map((b) => [b.top, b.bottom])"
+    )
+    return [(round(top, 1), round(bottom, 1)) for top, bottom in edges]
+
+
+def test_the_cells_of_a_row_share_its_top_and_bottom_borders(page, world):
+    world.agent(
+        "a-rather-long-agent-name-that-wraps-onto-a-second-line-in-its-cell", ALLOW_CALENDAR
+    )
+    suspended = world.agent("paused", ALLOW_CALENDAR)
+    world.http.patch(f"/v1/agents/{suspended}", json={"status": "suspended"})
+    world.agent("x", ALLOW_CALENDAR)
+    sign_in(page, world.admin)
+    rows = page.locator("tr[data-agent]")
+    expect(rows).to_have_count(3)
+    expect(rows.get_by_role("button", name="Reactivate")).to_have_count(1)
+    for n in range(3):
+        edges = cell_edges(rows.nth(n))
+        assert len(set(edges)) == 1, edges  # one top and one bottom for every cell
+    # each row starts where the row above it ends
+    tops = [cell_edges(rows.nth(n))[0] for n in range(3)]
+    assert [bottom for _, bottom in tops[:-1]] == [top for top, _ in tops[1:]], tops
+    # a table that fits the screen has no shadow on its edges
+    expect(page.locator("main table").locator("xpath=..")).to_have_css("box-shadow", "none")
+
+    page.get_by_role("link", name="API keys").click()
+    keys = page.locator("#keys tbody tr")
+    expect(keys).to_have_count(1)
+    edges = cell_edges(keys.first)
+    assert len(set(edges)) == 1, edges
+
+
+def test_fields_side_by_side_line_up(page, world):
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="Audit log").click()
+    labels = page.locator("#audit-filters label")
+    expect(labels).to_have_count(7)
+    boxes = labels.evaluate_all(
+        "ls => ls.map((l) => [l.firstChild, l.lastChild].map((e) => e.getBoundingClientRect()))"
+    )
+    first_row = [(round(name["top"], 1), round(field["bottom"], 1)) for name, field in boxes[:6]]
+    assert len(set(first_row)) == 1, first_row  # 1280 px wide: six fields in a row, in line
+
+
+@pytest.mark.parametrize("route", ["#/agents", "agent", "#/audit", "#/keys"])
+def test_every_table_scrolls_sideways_on_a_phone_and_the_page_does_not(browser, base, world, route):
+    agent = world.agent(LONG_NAME, ALLOW_CALENDAR)
+    world.decide(agent, "calendar.create", title="standup with a long title", room="4.12")
+    world.post("/v1/api-keys", {"name": f"{LONG_NAME}_key", "scopes": ["read-only"]})
+    context = browser.new_context(viewport=PHONE, base_url=base, is_mobile=True)
+    phone = context.new_page()
+    sign_in(phone, world.admin)
+    phone.goto(f"/dashboard/{f'#/agents/{agent}' if route == 'agent' else route}")
+    tables = phone.locator("main table")
+    expect(tables).to_have_count(2 if route == "agent" else 1)
+    expect(tables.locator("tbody tr").first).to_be_visible()
+    for n in range(tables.count()):
+        table = tables.nth(n)
+        box = table.locator("xpath=..")
+        last = table.locator("thead th").last
+        expect(box).to_have_css("overflow-x", re.compile("^(auto|scroll)$"))
+        expect(last).not_to_be_in_viewport(ratio=1)  # wider than the phone: the rest is beyond
+        expect(box).to_have_css("box-shadow", MORE_RIGHT)  # and the right edge says so
+        expect(box).not_to_have_css("box-shadow", MORE_LEFT)
+
+        table.locator("thead th").first.hover()
+        phone.mouse.wheel(3000, 0)  # a sideways swipe on the table
+        # the last column, all of it on the screen (but for a rounding: a scroll offset is
+        # whole pixels, a column's width is not)
+        expect(last).to_be_in_viewport(ratio=0.99)
+        expect(box).to_have_css("box-shadow", MORE_LEFT)
+        expect(box).not_to_have_css("box-shadow", MORE_RIGHT)
+        # the table moved in its box; the page did not
+        assert phone.evaluate("[window.scrollX, document.documentElement.scrollWidth]") == [
+            0,
+            PHONE["width"],
+        ]
+    context.close()
+
+
+@pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["phone", "laptop"])
+def test_messages_line_up_with_the_panels_and_long_names_wrap(browser, base, world, viewport):
+    world.agent(LONG_NAME, ALLOW_CALENDAR)
+    context = browser.new_context(viewport=viewport, base_url=base)
+    tab = context.new_page()
+    sign_in(tab, world.admin)
+    tab.get_by_role("button", name="Suspend").click()
+    confirm(tab, "Suspend")
+    message = tab.locator("#message")
+    expect(message).to_have_text(f"Agent “{LONG_NAME}” is now suspended.")
+    panel = tab.locator("main .panel").first
+    boxes = [message.bounding_box(), panel.bounding_box()]
+    sides = [(round(b["x"], 1), round(b["x"] + b["width"], 1)) for b in boxes if b]
+    assert sides[0] == sides[1], sides
+    width = viewport["width"]
+    assert tab.evaluate("document.documentElement.scrollWidth") == width
+
+    tab.get_by_role("link", name=LONG_NAME).click()
+    expect(tab.locator("main h1")).to_contain_text(LONG_NAME)
+    assert tab.evaluate("document.documentElement.scrollWidth") == width
+
+    tab.get_by_role("link", name="API keys").click()
+    form = tab.locator("#create-key")
+    form.locator("input[name=name]").fill(f"{LONG_NAME}_key")
+    form.get_by_role("button", name="Create key").click()
+    expect(tab.locator(f"tr[data-key='{LONG_NAME}_key']")).to_be_visible()  # the list, redrawn
+    heading = tab.locator("#new-key h2")
+    expect(heading).to_have_text(f"Key “{LONG_NAME}_key” created")
+    inside = tab.locator("#new-key").bounding_box()
+    drawn = heading.bounding_box()
+    assert drawn["x"] + drawn["width"] <= inside["x"] + inside["width"]
+    assert tab.evaluate("document.documentElement.scrollWidth") == width
     context.close()
