@@ -15,6 +15,7 @@ from core import ids, limits
 from core.clock import isoformat
 from core.db.models import Agent, Policy
 from core.errors import AgentNotFound
+from core.jsonvalues import same
 from core.paging import Page, paginate
 
 
@@ -62,11 +63,19 @@ def get_agent(session: Session, workspace_id: str, agent_id: str, *, lock: bool 
 def update_agent(
     session: Session, workspace_id: str, agent_id: str, body: dict[str, Any], now: datetime
 ) -> Agent:
-    """Change only the supplied fields; ``description: null`` clears it."""
+    """Change only the supplied fields; ``description: null`` clears it. A field given the
+    value it has is no change: an update that changes nothing writes nothing, ``updated_at``
+    included."""
     agent = get_agent(session, workspace_id, agent_id, lock=True)
-    for field in ("name", "description", "status"):
-        if field in body:
-            setattr(agent, field, body[field])
+    changed = {
+        field: body[field]
+        for field in ("name", "description", "status")
+        if field in body and not same(getattr(agent, field), body[field])
+    }
+    if not changed:
+        return agent
+    for field, value in changed.items():
+        setattr(agent, field, value)
     agent.updated_at = now
     session.flush()
     return agent

@@ -1,7 +1,8 @@
 """Policies: create, read, update, delete within one workspace. Called by ``api/policies.py``
 and the controller. Every change bumps the owning agent's ``policy_version`` in the same
 transaction, which is how compiled-policy caches in every process learn of it; replacing a
-policy's rules resets its rate-limit counters."""
+policy's rules with different ones resets its rate-limit counters. An update that changes
+nothing (every field it gives already has that value, as JSON) is no change."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from core.agents import bump_policy_version, get_agent, policy_counter_prefix
 from core.clock import isoformat
 from core.db.models import Policy
 from core.errors import PolicyNotFound
+from core.jsonvalues import same
 from core.paging import Page, paginate
 
 
@@ -58,20 +60,32 @@ def get_policy(session: Session, workspace_id: str, policy_id: str) -> Policy:
     return policy
 
 
+#: what an update may change; a policy never moves to another agent
+_UPDATABLE = ("name", "rules", "priority", "enabled", "managed_by")
+
+
 def update_policy(
     session: Session, workspace_id: str, policy_id: str, body: dict[str, Any], now: datetime
 ) -> Policy:
-    """Change only the supplied fields; ``rules`` replaces the whole list."""
+    """Change only the supplied fields; ``rules`` replaces the whole list (and resets its
+    rate-limit counters). A field given the value it has is no change, compared as JSON (rules
+    written with ``1.0`` or in another key order are the same rules): an update that changes
+    nothing writes nothing, ``updated_at`` and the counters included."""
     policy = get_policy(session, workspace_id, policy_id)
+    changed = {
+        field: body[field]
+        for field in _UPDATABLE
+        if field in body and not same(getattr(policy, field), body[field])
+    }
+    if not changed:
+        return policy
     agent = get_agent(session, workspace_id, policy.agent_id, lock=True)
-    if "rules" in body:
-        policy.rules = body["rules"]
+    if "rules" in changed:
         limits.reset(session, policy_counter_prefix(policy.id))
-    if "priority" in body:
-        policy.priority = int(body["priority"])
-    for field in ("name", "enabled", "managed_by"):
-        if field in body:
-            setattr(policy, field, body[field])
+    if "priority" in changed:
+        changed["priority"] = int(changed["priority"])
+    for field, value in changed.items():
+        setattr(policy, field, value)
     policy.updated_at = now
     bump_policy_version(agent)
     session.flush()

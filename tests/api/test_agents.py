@@ -169,6 +169,45 @@ def test_patch_moves_updated_at_forward(client, admin_headers, clock, change):
     assert updated.get_json()["createdAt"] == created["createdAt"]
 
 
+@pytest.mark.parametrize(
+    ("created_with", "change"),
+    [
+        ({"description": "old"}, {}),
+        ({"description": "old"}, {"name": "mailer"}),
+        ({"description": "old"}, {"description": "old"}),
+        ({}, {"description": None}),
+        ({"description": ""}, {"description": ""}),
+        ({"description": "old"}, {"status": "active"}),
+        ({"status": "suspended"}, {"status": "suspended"}),
+        ({"description": "old"}, {"name": "mailer", "description": "old", "status": "active"}),
+    ],
+    ids=[
+        "empty-body",
+        "same-name",
+        "same-description",
+        "null-description-again",
+        "empty-description-again",
+        "same-status",
+        "suspended-again",
+        "all-three-the-same",
+    ],
+)
+def test_a_patch_that_changes_nothing_changes_nothing(
+    client, admin_headers, clock, created_with, change
+):
+    body = dict(created_with)
+    status = body.pop("status", None)
+    created = create_agent(client, admin_headers, **body)
+    if status is not None:  # an agent is created active
+        path = f"/v1/agents/{created['id']}"
+        created = client.patch(path, json={"status": status}, headers=admin_headers).get_json()
+    clock.advance(60)
+    response = client.patch(f"/v1/agents/{created['id']}", json=change, headers=admin_headers)
+    assert response.status_code == 200
+    assert response.get_json() == created  # updatedAt included
+    assert client.get(f"/v1/agents/{created['id']}", headers=admin_headers).get_json() == created
+
+
 @pytest.mark.parametrize("target", STATUSES)
 @pytest.mark.parametrize("start", STATUSES)
 def test_patch_moves_between_any_two_statuses(client, admin_headers, start, target):

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.api.helpers import assert_error, instant
+from core.db.models import Agent
+from tests.api.helpers import assert_error, decide, instant
 
 POLICY_FIELDS = {
     "id",
@@ -300,6 +301,73 @@ def test_patch_moves_updated_at_forward(client, admin_headers, agent, clock):
     updated = response.get_json()
     assert instant(updated["updatedAt"]) >= instant(created["updatedAt"]) + timedelta(hours=1)
     assert updated["createdAt"] == created["createdAt"]
+
+
+#: one call an hour, then the same rules as JSON written otherwise (integral numbers as 1.0,
+#: members in another order): equal rules, not a change
+LIMITED = [
+    {"type": "rate_limit", "tools": ["*"], "rateLimit": {"maxCalls": 1, "windowSeconds": 3600}},
+    {"type": "parameter_constraint", "parameters": {"amount": {"min": 0, "max": 99.5}}},
+    {"type": "tool_allowlist", "tools": ["*"]},
+]
+LIMITED_RESPELT = [
+    {"rateLimit": {"windowSeconds": 3600.0, "maxCalls": 1.0}, "tools": ["*"], "type": "rate_limit"},
+    {"parameters": {"amount": {"max": 99.5, "min": 0.0}}, "type": "parameter_constraint"},
+    {"tools": ["*"], "type": "tool_allowlist"},
+]
+UNCHANGED = {
+    "empty-body": {},
+    "same-name": {"name": "orig"},
+    "same-priority": {"priority": 9},
+    "same-priority-as-9.0": {"priority": 9.0},
+    "same-enabled": {"enabled": True},
+    "same-rules": {"rules": LIMITED},
+    "equal-rules-written-otherwise": {"rules": LIMITED_RESPELT},
+    "all-the-same": {"name": "orig", "rules": LIMITED_RESPELT, "priority": 9, "enabled": True},
+}
+
+
+def _policy_version(app, agent_id: str) -> int:
+    with app.extensions["agentauth"].db.transaction() as session:
+        return int(session.get(Agent, agent_id).policy_version)
+
+
+@pytest.mark.parametrize("change", UNCHANGED.values(), ids=UNCHANGED.keys())
+def test_a_patch_that_changes_nothing_changes_nothing(
+    app, client, admin_headers, agent, clock, change
+):
+    """Not ``updatedAt``, not the rate-limit counters, not the agent's policy version (which
+    makes every worker recompile the agent's policies)."""
+    created = create_policy(
+        client, admin_headers, agent["id"], name="orig", rules=LIMITED, priority=9
+    )
+    assert decide(client, admin_headers, agent["id"], "x.y", amount=1)["allowed"]
+    assert not decide(client, admin_headers, agent["id"], "x.y", amount=1)["allowed"]
+    version = _policy_version(app, agent["id"])
+    clock.advance(60)
+
+    response = client.patch(f"/v1/policies/{created['id']}", json=change, headers=admin_headers)
+
+    assert response.status_code == 200
+    assert response.get_json() == created
+    assert client.get(f"/v1/policies/{created['id']}", headers=admin_headers).get_json() == created
+    limited = decide(client, admin_headers, agent["id"], "x.y", amount=1)
+    assert not limited["allowed"], "the rate-limit counters were reset"
+    assert _policy_version(app, agent["id"]) == version
+
+
+def test_equal_rules_beside_a_real_change_keep_the_rate_limit_counters(
+    client, admin_headers, agent, clock
+):
+    created = create_policy(client, admin_headers, agent["id"], rules=LIMITED, priority=9)
+    assert decide(client, admin_headers, agent["id"], "x.y", amount=1)["allowed"]
+    clock.advance(60)
+    change = {"rules": LIMITED_RESPELT, "priority": 10}
+    response = client.patch(f"/v1/policies/{created['id']}", json=change, headers=admin_headers)
+    updated = response.get_json()
+    assert (updated["priority"], updated["rules"]) == (10, LIMITED)
+    assert instant(updated["updatedAt"]) > instant(created["updatedAt"])
+    assert not decide(client, admin_headers, agent["id"], "x.y", amount=1)["allowed"]
 
 
 def test_patch_cannot_move_a_policy_to_another_agent(client, admin_headers, agent):
