@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +42,9 @@ T = TypeVar("T")
 MAX_BATCH = 256
 #: how long a batch waits for SQLite's write lock when no setting says otherwise
 LOCK_WAIT_SECONDS = 30.0
+#: SQLite's primary result codes for "another connection holds the lock" (extended codes such
+#: as SQLITE_BUSY_SNAPSHOT share their low byte)
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _AUDIT_COLUMNS = (
     "id", "workspace_id", "agent_id", "agent_ref", "key_id", "action", "tool_name",
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
@@ -335,8 +339,9 @@ class Recorder:
             try:
                 cursor.execute("BEGIN IMMEDIATE")
                 return
-            except Exception as exc:  # another process holds the write lock
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+            except sqlite3.Error as exc:  # another process holds the write lock
+                busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _BUSY
+                if not busy or time.monotonic() > deadline:
                     raise
                 time.sleep(0.0002)  # far finer than SQLite's own busy handler
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from urllib.parse import unquote, urldefrag, urljoin
 
 if TYPE_CHECKING:  # imported when first needed: most checks never need jsonschema (fast_check)
@@ -142,9 +142,12 @@ def _describe(error: SchemaError) -> Iterator[tuple[tuple[str | int, ...], str]]
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     custom = schema.get("x-message")
     keyword = error.validator
-    if keyword == "required":
-        missing = str(error.message).split("'")[1] if "'" in error.message else "?"
-        yield (*path, missing), "is required"
+    if keyword == "required" and isinstance(error.instance, Mapping):
+        # from the schema, not jsonschema's message (its words are its own to change); each
+        # missing name has an error of its own, and validate() keeps one Problem per path
+        for missing in cast(list[str], error.validator_value):
+            if missing not in error.instance:
+                yield (*path, str(missing)), "is required"
     elif keyword == "additionalProperties" and isinstance(error.instance, Mapping):
         known = set(schema.get("properties", {}))
         for extra in sorted(str(k) for k in error.instance if k not in known):

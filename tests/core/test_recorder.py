@@ -5,7 +5,6 @@ holds its batch open until the others have queued behind it."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,11 +25,23 @@ def db(database_url: str) -> Iterator[Database]:
     database.dispose()
 
 
-def _queued(recorder: Recorder, count: int) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while len(recorder._pending) < count:
-        assert time.monotonic() < deadline, f"{count} callers never queued"
-        time.sleep(0.005)  # polling the other threads' progress, bounded by the deadline
+class _Queue(list[Any]):
+    """The recorder's queue of waiting callers, announcing each one that joins it, so that the
+    test waits for that instead of polling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.joined = threading.Condition()
+
+    def append(self, entry: Any) -> None:
+        super().append(entry)
+        with self.joined:
+            self.joined.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        with self.joined:
+            queued = self.joined.wait_for(lambda: len(self) >= count, DEADLINE)
+        assert queued, f"{count} callers never queued"
 
 
 def _batch_after_a_held_one(
@@ -40,6 +51,8 @@ def _batch_after_a_held_one(
     make up the next batch together. What each caller got: ("ok", value) or ("raised", type)."""
     results: dict[str, tuple[str, Any]] = {}
     entered, release = threading.Event(), threading.Event()
+    assert not recorder._pending
+    queue = recorder._pending = _Queue()
 
     def holding(_batch: Batch) -> str:
         entered.set()
@@ -58,7 +71,7 @@ def _batch_after_a_held_one(
     for count, (name, job) in enumerate(jobs.items(), start=1):
         threads.append(threading.Thread(target=call, args=(name, job), daemon=True))
         threads[-1].start()
-        _queued(recorder, count)
+        queue.wait_for(count)
     release.set()
     for thread in threads:
         thread.join(DEADLINE)

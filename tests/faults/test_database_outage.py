@@ -26,13 +26,17 @@ pytestmark = pytest.mark.slow  # real server processes
 
 CLIENTS = 4
 ANSWERS_UP = 40  # before the outage
-ANSWERS_DOWN = 12  # while it lasts
+#: while it lasts, one per client: on SQLite each of these calls waits BUSY_TIMEOUT_MS for the
+#: lock before it fails, so more would only make the phase longer, not the check surer
+ANSWERS_DOWN = CLIENTS
 ANSWERS_BACK = 40  # sent once the first call after it was answered 200
 #: hang guards, far above what each phase takes
-PHASE_SECONDS = 30
-#: a write waits this long for SQLite's lock before failing, rather than the default 30 s; long
-#: enough that the two workers' own commits never outlast it on a loaded machine
-BUSY_TIMEOUT_MS = 2000
+PHASE_SECONDS = 60
+#: a write waits this long for SQLite's lock before failing, rather than the default 30 s. The
+#: calls before and after the outage must never be refused for the two workers' own commits, so
+#: it is of a hang guard's order, not an estimate of a commit's time on a loaded machine; the
+#: outage phase pays it once per client (ANSWERS_DOWN)
+BUSY_TIMEOUT_MS = 10_000
 SERVER_ENV = {
     "AGENTAUTH_RATE_LIMIT_PER_MINUTE": "1000000",
     "AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS": str(BUSY_TIMEOUT_MS),
