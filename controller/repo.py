@@ -14,6 +14,7 @@ from typing import Any
 from controller.cache import DocumentCache, paused_gc
 from controller.lint import LintPolicy, describe, shadowed_rules
 from controller.load import Document, LoadedFile, SourceFile
+from controller.references import check_tests
 from core import ids
 from schemas import Problem
 
@@ -117,8 +118,12 @@ def _load_repo(files: Sequence[SourceFile], workspace: str, own_cache: DocumentC
             doc,
         )
     tests = tuple(by_kind["PolicyTest"])
-    for test in tests:
-        problems += _check_test(test, agents, policies, set(_names(loaded, "Agent")))
+    problems += check_tests(
+        tests,
+        loaded,
+        {name: agent.document for name, agent in agents.items()},
+        {name: policy.document for name, policy in policies.items()},
+    )
     problems += _duplicate_ids(list(agents.values()) + list(policies.values()))
     by_agent: dict[str, list[DesiredPolicy]] = {}
     for policy in policies.values():
@@ -183,29 +188,6 @@ def _unknown_agent(doc: Document, agents: dict[str, DesiredAgent], declared: set
     if name in declared:  # its Agent document is broken and already reported
         return doc.problem("spec.agent", f"agent '{name}' has errors of its own", "error")
     return doc.problem("spec.agent", f"no Agent document declares '{name}'")
-
-
-def _check_test(
-    test: Document,
-    agents: dict[str, DesiredAgent],
-    policies: dict[str, DesiredPolicy],
-    declared: set[str],
-) -> list[Problem]:
-    agent = test.spec["agent"]
-    if agent not in agents:
-        return [_unknown_agent(test, agents, declared)]
-    own = {p.name for p in policies.values() if p.agent == agent}
-    out = []
-    for index, case in enumerate(test.spec["cases"]):
-        expected = case.get("policy")
-        if expected is not None and expected not in own:
-            out.append(
-                test.problem(
-                    f"spec.cases[{index}].policy",
-                    f"agent '{agent}' has no policy named '{expected}'",
-                )
-            )
-    return out
 
 
 def _duplicate_ids(objects: Sequence[DesiredAgent | DesiredPolicy]) -> list[Problem]:

@@ -6,6 +6,7 @@ way a user runs it, through click's runner, and the JUnit report is parsed back.
 
 from __future__ import annotations
 
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from controller.cli import main
+from controller.load import Document
 from controller.repo import load_repo
 from controller.sources import read_files
 from controller.tests import TestReport, run_tests
@@ -262,6 +264,124 @@ def test_a_test_of_an_unknown_agent_or_policy_is_refused(run, tmp_path):
     assert result.stdout.splitlines() == [
         "test.yaml:8:33: spec.cases[0].policy: agent 'a' has no policy named 'nope'",
         "test.yaml:14:3: spec.agent: no Agent document declares 'ghost'",
+    ]
+
+
+# ------------------------------------------------- tests that depend on an invalid document
+
+EXAMPLE = Path(__file__).parents[2] / "policies_repo_example"
+REFUNDS = "policies/finance-agent/finance-refunds.yaml"
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Path:
+    """The example repository, to break one file of."""
+    return Path(shutil.copytree(EXAMPLE, tmp_path / "example"))
+
+
+def _break(repo: Path, path: str, old: str, new: str) -> None:
+    text = (repo / path).read_text(encoding="utf-8")
+    assert old in text
+    (repo / path).write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def _finance_tests() -> list[tuple[Document, list[dict]]]:
+    """The example's PolicyTest documents of finance-agent, with the cases that name
+    finance-refunds."""
+    intact = load_repo(read_files(EXAMPLE))
+    assert not intact.errors
+    finance = [t for t in intact.tests if t.spec["agent"] == "finance-agent"]
+    assert len(finance) > 1
+    return [
+        (t, [c for c in t.spec["cases"] if c.get("policy") == "finance-refunds"]) for t in finance
+    ]
+
+
+def _lines(result: Result) -> list[str]:
+    return result.stdout.splitlines()
+
+
+def _validate(directory: Path, tmp_path: Path) -> Result:
+    env = {"AGENTAUTH_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1"}
+    return CliRunner().invoke(main, ["validate", str(directory)], env=env, catch_exceptions=False)
+
+
+def test_an_invalid_policy_skips_each_test_of_its_agent_with_one_note(run, example, tmp_path):
+    """Instead of an error for every case naming the policy: the policy's own problem, and
+    one note per PolicyTest document of its agent (the agent's policy set is incomplete, so
+    every result would be meaningless). The other agents' tests are not touched."""
+    _break(example, REFUNDS, "maxCalls: 20", "maxCalls: -5")
+    expected = [
+        f"{REFUNDS}:27:9: spec.rules[2].rateLimit.maxCalls: must be at least 1",
+        *(
+            f"{t.file}:{t.line}:{t.column}: spec.cases: {len(t.spec['cases'])} case(s) not "
+            f"checked: policy 'finance-refunds' ({REFUNDS}) of agent 'finance-agent' is invalid "
+            "(warning)"
+            for t, _ in _finance_tests()
+        ),
+    ]
+
+    validated = _validate(example, tmp_path)
+    assert validated.exit_code == 1
+    assert _lines(validated) == expected
+    assert f"1 error(s), {len(expected) - 1} warning(s)" in validated.stderr
+
+    tested = run(example)
+    assert tested.exit_code == 1
+    assert _lines(tested) == expected
+    assert "error: 1 problem(s) in the repository" in tested.stderr
+    assert "passed" not in tested.output
+
+
+def test_an_unreadable_policy_file_skips_the_cases_naming_what_it_may_declare(
+    run, example, tmp_path
+):
+    """A file that is not YAML declares no name anyone can read: the cases naming a policy
+    no other file declares are not checked, one note per test document that has any."""
+    _break(example, REFUNDS, "  rules:", "  rules: [")
+    validated = _validate(example, tmp_path)
+    assert validated.exit_code == 1
+    lines = _lines(validated)
+    assert lines[0].startswith(f"{REFUNDS}:12:5: $: is not valid YAML:")
+    assert lines[1:] == [
+        f"{t.file}:{t.line}:{t.column}: spec.cases: {len(naming)} case(s) not checked: no "
+        f"document declares policy 'finance-refunds', and {REFUNDS} could not be read (warning)"
+        for t, naming in _finance_tests()
+        if naming
+    ]
+    assert "has no policy named" not in validated.output
+    assert _lines(run(example)) == lines
+
+
+def test_a_policy_of_another_agent_skips_only_the_cases_naming_it(example, tmp_path):
+    """A policy whose agent is misspelt is invalid, but whose policy set it belongs to is
+    unknown: the cases naming it are skipped, every other case is still checked."""
+    _break(example, REFUNDS, "agent: finance-agent", "agent: finanse-agent")
+    _break(example, "tests/support-bot.yaml", "policy: support-tickets", "policy: support-tikets")
+    lines = _lines(_validate(example, tmp_path))
+    assert f"{REFUNDS}:9:3: spec.agent: no Agent document declares 'finanse-agent'" in lines
+    errors = [line for line in lines if "has no policy named" in line]
+    assert len(errors) == 1
+    assert "agent 'support-bot' has no policy named 'support-tikets'" in errors[0]
+    notes = [line for line in lines if "not checked" in line]
+    assert notes == [
+        f"{t.file}:{t.line}:{t.column}: spec.cases: {len(naming)} case(s) not checked: "
+        f"policy 'finance-refunds' ({REFUNDS}) is invalid (warning)"
+        for t, naming in _finance_tests()
+        if naming
+    ]
+
+
+def test_an_invalid_agent_skips_its_tests_with_one_note_each(example, tmp_path):
+    _break(
+        example, "agents/finance-agent.yaml", "name: finance-agent", "name: finance-agent\n  x: 1"
+    )
+    lines = _lines(_validate(example, tmp_path))
+    notes = [line for line in lines if "tests/" in line]
+    assert notes == [
+        f"{t.file}:{t.line}:{t.column}: spec.cases: {len(t.spec['cases'])} case(s) not checked: "
+        "agent 'finance-agent' (agents/finance-agent.yaml) is invalid (warning)"
+        for t, _ in _finance_tests()
     ]
 
 
