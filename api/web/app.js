@@ -509,11 +509,11 @@ async function exportCsv(params) {
 }
 
 // Listing keys is admin-only in this service: the page asks whatever the key, and shows a
-// refusal in words, without the form. `fresh` is a key just created, shown once above the list.
-async function keysPage(args, fresh) {
+// refusal in words, without the form. `shown` is the box of a key just created, kept as it is
+// above the refreshed list (its Copy button, and what that button says, stay the same).
+async function keysPage(args, shown) {
   const token = generation;
-  const created = h("div", { id: "new-key", class: "panel notice warn", hidden: true });
-  if (fresh) showNewKey(created, fresh);
+  const created = shown || h("div", { id: "new-key", class: "panel notice warn", hidden: true });
   let keys;
   try {
     keys = await everything("/v1/api-keys", {});
@@ -542,7 +542,7 @@ async function keysPage(args, fresh) {
     showNewKey(created, key);
     form.reset();
     try {
-      await keysPage(args, key);
+      await keysPage(args, created);
     } catch (error) {
       say(`Key “${key.name}” was created, but the list could not be refreshed. ${describe(error)}`);
     }

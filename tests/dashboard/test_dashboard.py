@@ -547,6 +547,28 @@ def test_copy_says_copied_only_when_the_key_was_copied(page, world):
     assert page.evaluate("navigator.clipboard.readText()") == key
 
 
+def test_the_new_key_box_survives_the_list_refresh_that_follows_it(page, world):
+    """Copy clicked before the list refresh after creating a key arrives: the refresh keeps
+    the box, so its button does not go back to saying Copy (nor its key vanish)."""
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="API keys").click()
+    held = []  # the list refresh, answered only once Copy was clicked
+    refresh = requests_to("/v1/api-keys", "limit=200&offset=0")
+    page.route(refresh, lambda route: held.append(route), times=1)
+    form = page.locator("#create-key")
+    form.locator("input[name=name]").fill("copied-early")
+    with page.expect_request(lambda request: refresh(request.url)):
+        form.get_by_role("button", name="Create key").click()
+    copy = page.locator("#copy-key")
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert len(held) == 1
+    held[0].continue_()
+    expect(page.locator("tr[data-key='copied-early']")).to_be_visible()
+    expect(copy).to_have_text("Copied")
+    expect(page.locator("#new-key-value")).to_have_value(re.compile(r"^svc_[0-9a-f]{32}$"))
+
+
 def test_errors_from_the_api_are_shown_in_words(page, world):
     page.goto("/dashboard/")
     page.locator("#key-input").fill("svc_" + "0" * 32)
