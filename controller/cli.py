@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -18,7 +19,7 @@ from controller.apply import ApplyResult, apply_repo
 from controller.cache import DocumentCache, paused_gc
 from controller.impact import DEFAULT_REPLAY, AgentImpact, analyse
 from controller.load import SourceFile
-from controller.plan import Plan, build_plan
+from controller.plan import Action, Plan, build_plan
 from controller.render import render_json, render_markdown, render_text
 from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
 from controller.sources import open_repository, read_files, read_revision, revision_of
@@ -26,7 +27,7 @@ from controller.state import as_applied, read_live
 from core.clock import parse_instant, utc_now
 from core.config import Settings
 from core.db import Database
-from core.db.migrate import upgrade
+from core.db.migrate import require_current, upgrade
 from core.errors import AgentAuthError
 from core.keys import Scope, ensure_workspace, issue_key
 from schemas import Problem
@@ -36,6 +37,19 @@ DB_HELP = "database URL (default: $AGENTAUTH_DATABASE_URL, else sqlite:///agenta
 
 def _settings(db: str | None) -> Settings:
     return Settings.from_env(database_url=db)
+
+
+def _open_database(settings: Settings, *, write: bool) -> Database:
+    """The database of a verb, ready for it: a verb that writes creates and migrates it; a verb
+    that only reads refuses one that is missing or not migrated, and creates nothing. Failures
+    are AgentAuthErrors that name the database (never its password) and say why."""
+    database = Database(settings)
+    try:
+        (upgrade if write else require_current)(database)
+    except AgentAuthError:
+        database.dispose()
+        raise
+    return database
 
 
 def _fail(error: AgentAuthError) -> None:
@@ -78,8 +92,7 @@ def serve(
         raise click.UsageError("--watch needs --repo")
     try:
         settings = _settings(db)
-        database = Database(settings)
-        upgrade(database)
+        database = _open_database(settings, write=True)
         if repo is not None:
             _apply_before_serving(database, repo, settings)
         database.dispose()
@@ -135,8 +148,7 @@ def keys_create(
     if not 1 <= len(name) <= 255:
         raise click.BadParameter("must be 1 to 255 characters", param_hint="--name")
     try:
-        database = Database(_settings(db))
-        upgrade(database)
+        database = _open_database(_settings(db), write=True)
         now = utc_now()
         with database.transaction(write=True) as session:
             workspace_id = ensure_workspace(session, workspace, now)
@@ -157,9 +169,7 @@ def db() -> None:
 def db_upgrade(url: str | None) -> None:
     """Apply every pending migration."""
     try:
-        database = Database(_settings(url))
-        upgrade(database)
-        database.dispose()
+        _open_database(_settings(url), write=True).dispose()
     except AgentAuthError as exc:
         _fail(exc)
     click.echo("database schema is up to date")
@@ -169,6 +179,7 @@ def db_upgrade(url: str | None) -> None:
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 WORKSPACE_HELP = "workspace the repository is applied to (created on first use)"
+PLAN_PRUNE_HELP = "plan the deletion of managed agents gone from the repository"
 
 
 def _cache(settings: Settings, directory: Path) -> DocumentCache:
@@ -224,7 +235,8 @@ def validate(directory: Path) -> None:
 @click.option("--db", help=DB_HELP)
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--detailed-exitcode", is_flag=True, help="exit 2 when there are changes")
-@click.option("--prune-agents", is_flag=True, help="plan the deletion of agents gone from the repo")
+@click.option("--prune-agents", is_flag=True, help=PLAN_PRUNE_HELP)
+@click.option("--adopt", is_flag=True, help="plan taking over unmanaged objects with the same id")
 @click.option(
     "--replay",
     default=DEFAULT_REPLAY,
@@ -239,23 +251,34 @@ def plan(
     fmt: str,
     detailed_exitcode: bool,
     prune_agents: bool,
+    adopt: bool,
     replay: int,
 ) -> None:
-    """Show what apply would change in the database, field by field, and its impact."""
+    """Show what apply (with the same flags) would change in the database, field by field, and
+    its impact. Exit 1 when apply would refuse it (a conflict)."""
     try:
         settings = _settings(db)
         repo, _ = _read_repo(directory, workspace, settings)
         _refuse_invalid(repo)
-        database = Database(settings)
-        upgrade(database)
+        database = _open_database(settings, write=False)
         with paused_gc(), database.transaction(snapshot=True) as session:
             live = read_live(session, repo.workspace_id)
-            the_plan = build_plan(repo, live, prune_agents=prune_agents)
+            the_plan = build_plan(repo, live, prune_agents=prune_agents, adopt=adopt)
             impacts = analyse(session, repo, the_plan, replay)
         database.dispose()
     except AgentAuthError as exc:
         _fail(exc)
     _render(the_plan, impacts, repo.warnings, fmt, "agentauth plan")
+    _exit_for(the_plan, detailed_exitcode)
+
+
+def _exit_for(the_plan: Plan, detailed_exitcode: bool) -> NoReturn:
+    """After a plan is shown: 1 when apply would refuse it (a conflict), else 2 when it has
+    changes and --detailed-exitcode was given, else 0."""
+    conflicts = the_plan.of(Action.CONFLICT)
+    if conflicts:
+        click.echo(f"error: {len(conflicts)} conflict(s); apply would refuse this plan", err=True)
+        sys.exit(1)
     sys.exit(2 if detailed_exitcode and the_plan.has_changes else 0)
 
 
@@ -289,6 +312,7 @@ def _render(
 @click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--detailed-exitcode", is_flag=True, help="exit 2 when there are changes")
+@click.option("--prune-agents", is_flag=True, help=PLAN_PRUNE_HELP)
 def diff(
     base: str,
     head: str,
@@ -297,8 +321,10 @@ def diff(
     workspace: str,
     fmt: str,
     detailed_exitcode: bool,
+    prune_agents: bool,
 ) -> None:
-    """What changes from git revision BASE to HEAD of a policy repository (no database)."""
+    """What changes from git revision BASE to HEAD of a policy repository (no database): the
+    plan of HEAD against a database where BASE was applied, with the same flags."""
     try:
         git_repo = open_repository(repo_path)
         before = load_repo(read_revision(git_repo, base, subdir, missing_ok=True), workspace)
@@ -306,9 +332,9 @@ def diff(
     except AgentAuthError as exc:
         _fail(exc)
     _refuse_invalid(after)
-    the_plan = build_plan(after, as_applied(before), prune_agents=True)
+    the_plan = build_plan(after, as_applied(before), prune_agents=prune_agents)
     _render(the_plan, [], after.warnings, fmt, f"agentauth diff {base}..{head}")
-    sys.exit(2 if detailed_exitcode and the_plan.has_changes else 0)
+    _exit_for(the_plan, detailed_exitcode)
 
 
 @main.command()
@@ -324,8 +350,7 @@ def apply(directory: Path, workspace: str, db: str | None, prune_agents: bool, a
     try:
         settings = _settings(db)
         repo, files = _read_repo(directory, workspace, settings)
-        database = Database(settings)
-        upgrade(database)
+        database = _open_database(settings, write=True)
         result = apply_repo(
             database,
             repo,
@@ -438,8 +463,7 @@ def watch(
 
     try:
         settings = _settings(db)
-        database = Database(settings)
-        upgrade(database)
+        database = _open_database(settings, write=True)
         cache = _cache(settings, directory)
         watcher = Watcher(
             directory,
@@ -505,8 +529,7 @@ def sync(
 
     try:
         settings = _settings(db)
-        database = Database(settings)
-        upgrade(database)
+        database = _open_database(settings, write=True)
         folder = workdir or default_workdir(settings.cache_dir, url)
         cache = _cache(settings, folder) if folder is not None else DocumentCache(None)
         follower = GitSync(

@@ -18,7 +18,7 @@ prints their message.
     │   └── ApiKeyNotFound              API_KEY_NOT_FOUND
     ├── MethodNotAllowed                METHOD_NOT_ALLOWED
     ├── RateLimited                     RATE_LIMITED         (carries retry_after seconds)
-    └── StorageError                    INTERNAL_ERROR       (database unreachable, failed write)
+    └── StorageError                    INTERNAL_ERROR       (unreachable, unmigrated, write failed)
 """
 
 from __future__ import annotations

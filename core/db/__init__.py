@@ -5,19 +5,24 @@ timeout, and ``BEGIN IMMEDIATE`` for write transactions so two writers queue on 
 of failing with "database is locked" after reading. PostgreSQL serves several instances.
 
 Callers use :meth:`Database.transaction`; commits happen there and nowhere else. SQLAlchemy
-errors are translated into :class:`core.errors.StorageError` at this boundary.
+errors are translated into :class:`core.errors.StorageError` at this boundary: during requests
+in words fit for an API client; when the database is opened (:meth:`Database.schema_connection`)
+with the database's URL and the driver's reason, both without the password.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -48,23 +53,17 @@ class Database:
     """One engine per process (engines must not cross a fork), and its sessions."""
 
     def __init__(self, settings: Settings) -> None:
-        url = normalize_url(settings.database_url)
-        try:
-            parsed = make_url(url)
-        except SQLAlchemyError as exc:
-            raise ConfigError(f"invalid database URL: {exc}") from None
+        given = _parse_url(settings.database_url)
+        parsed = _parse_url(normalize_url(settings.database_url))
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if not self.is_sqlite and parsed.get_backend_name() != "postgresql":
             raise ConfigError("the database URL must be sqlite:///... or postgresql://...")
-        kwargs: dict[str, Any] = {"pool_pre_ping": not self.is_sqlite}
-        if not self.is_sqlite:
-            # a connect to a host that went silent fails in 10 s, and a connection whose peer
-            # vanished without a word is found dead within about a minute (keepalives when
-            # idle, a 30 s limit on unacknowledged data otherwise), instead of holding a
-            # request forever; the URL's own values win
-            network = {k: v for k, v in _PG_NETWORK.items() if k not in parsed.query}
-            kwargs.update(pool_size=5, max_overflow=10, connect_args=network)
-        self.engine: Engine = create_engine(url, **kwargs)
+        self._secrets = _secrets_of(given)
+        #: the URL as given, for messages: never its password (nor a name that happens to be it)
+        self.display_url = self._scrub(_without_password(given))
+        #: the file of a SQLite database (None in memory or for a file: URI)
+        self.sqlite_path = _sqlite_file(parsed) if self.is_sqlite else None
+        self.engine: Engine = create_engine(parsed, **_engine_options(parsed, self.is_sqlite))
         if self.is_sqlite:
             _configure_sqlite(self.engine, settings)
         self._write_engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
@@ -127,6 +126,76 @@ class Database:
     def dispose(self) -> None:
         self.recorder.close()
         self.engine.dispose()
+
+    @contextmanager
+    def schema_connection(self) -> Iterator[Connection]:
+        """A connection, for reading or migrating the schema. StorageError naming the database
+        and the driver's reason when it cannot be opened."""
+        try:
+            connection = self.engine.connect()
+        except SQLAlchemyError as exc:
+            reason = self.explain(exc) + self._folder_hint()
+            raise StorageError(f"cannot open the database {self.display_url}: {reason}") from exc
+        with connection:
+            yield connection
+
+    def explain(self, exc: BaseException) -> str:
+        """Why ``exc`` happened, in the driver's words on one line, the password taken out
+        (a driver may quote what it was given)."""
+        cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        return self._scrub(" ".join(str(cause).split()) or type(cause).__name__)
+
+    def _scrub(self, message: str) -> str:
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        return message
+
+    def _folder_hint(self) -> str:
+        """What SQLite's "unable to open database file" leaves unsaid."""
+        if self.sqlite_path is None:
+            return ""
+        folder = self.sqlite_path.absolute().parent
+        if not folder.is_dir():
+            return f" (the folder {folder} does not exist)"
+        if not os.access(folder, os.W_OK):
+            return f" (the folder {folder} is not writable)"
+        return ""
+
+
+def _parse_url(url: str) -> URL:
+    try:
+        return make_url(url)
+    except SQLAlchemyError as exc:  # its message does not repeat the URL, nor so its password
+        raise ConfigError(f"invalid database URL: {exc}") from None
+
+
+def _without_password(url: URL) -> str:
+    return url.difference_update_query(["password"]).render_as_string(hide_password=True)
+
+
+def _secrets_of(url: URL) -> list[str]:
+    """The password, as given in the URL and as the driver sees it, longest first."""
+    given = [url.password, url.query.get("password")]
+    passwords = [p for p in given if isinstance(p, str) and p]
+    forms = {form for p in passwords for form in (p, quote(p, safe=""))}
+    return sorted(forms, key=len, reverse=True)
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    if not url.database or url.database == ":memory:" or url.query.get("uri"):
+        return None
+    return Path(url.database)
+
+
+def _engine_options(url: URL, is_sqlite: bool) -> dict[str, Any]:
+    if is_sqlite:
+        return {"pool_pre_ping": False}
+    # a connect to a host that went silent fails in 10 s, and a connection whose peer vanished
+    # without a word is found dead within about a minute (keepalives when idle, a 30 s limit
+    # on unacknowledged data otherwise), instead of holding a request forever; the URL's own
+    # values win
+    network = {k: v for k, v in _PG_NETWORK.items() if k not in url.query}
+    return {"pool_pre_ping": True, "pool_size": 5, "max_overflow": 10, "connect_args": network}
 
 
 def _describe(exc: SQLAlchemyError) -> str:

@@ -1,5 +1,10 @@
 """Bringing a database's schema up to date with Alembic, from code (``agentauth db upgrade``,
-``agentauth serve``) rather than from an ``alembic.ini``."""
+``agentauth serve``, every verb that writes) rather than from an ``alembic.ini``; and refusing,
+for the verbs that only read, a database that is missing or whose schema is not this code's.
+
+Each failure is a :class:`core.errors.StorageError` that names the database (without its
+password), says why, and says what to do.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import text
+from alembic.util import CommandError
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.db import Database
@@ -26,30 +32,83 @@ def _config() -> Config:
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
-    """Apply every pending migration (idempotent)."""
+    """Apply every pending migration (idempotent); a SQLite file that does not exist is
+    created."""
     config = _config()
-    try:
-        with db.engine.begin() as connection:
-            if not db.is_sqlite:
-                connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_LOCK})
-            config.attributes["connection"] = connection
-            command.upgrade(config, revision)
-    except SQLAlchemyError as exc:
-        raise StorageError(f"database migration failed: {exc.__class__.__name__}") from exc
+    with db.schema_connection() as connection:
+        try:
+            with connection.begin():
+                if not db.is_sqlite:
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_LOCK}
+                    )
+                _refuse_unknown(db, _revision_of(connection))
+                config.attributes["connection"] = connection
+                command.upgrade(config, revision)
+        except (SQLAlchemyError, CommandError) as exc:
+            raise StorageError(
+                f"cannot migrate the database {db.display_url}: {db.explain(exc)}"
+            ) from exc
+
+
+def require_current(db: Database) -> None:
+    """For the verbs that only read: StorageError unless the database exists and its schema is
+    the newest this code knows. Creates nothing (not even a SQLite file)."""
+    if db.sqlite_path is not None and not db.sqlite_path.exists():
+        raise StorageError(f"the database {db.display_url} does not exist; {_remedy(db)}")
+    current = current_revision(db)
+    if current is None:
+        raise StorageError(f"the database {db.display_url} has no agentauth schema; {_remedy(db)}")
+    _refuse_unknown(db, current)
+    if current != head_revision():
+        raise StorageError(
+            f"the database {db.display_url} has schema revision {current}, this version of"
+            f" agentauth needs {head_revision()}; {_remedy(db)}"
+        )
 
 
 def is_current(db: Database) -> bool:
     """Whether the schema is at the newest migration; StorageError when the database cannot
     be asked."""
-    try:
-        with db.engine.connect() as connection:
-            current = MigrationContext.configure(connection).get_current_revision()
-    except SQLAlchemyError as exc:
-        raise StorageError(f"the database cannot be reached: {exc.__class__.__name__}") from exc
-    return current == head_revision()
+    return current_revision(db) == head_revision()
+
+
+def current_revision(db: Database) -> str | None:
+    """The schema revision the database is at (None: never migrated)."""
+    with db.schema_connection() as connection:
+        try:
+            return _revision_of(connection)
+        except SQLAlchemyError as exc:
+            raise StorageError(
+                f"cannot read the schema of the database {db.display_url}: {db.explain(exc)}"
+            ) from exc
+
+
+def _revision_of(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _refuse_unknown(db: Database, current: str | None) -> None:
+    """A revision this code has no migration for was written by a newer agentauth: neither
+    reading nor migrating can be trusted."""
+    if current is not None and current not in known_revisions():
+        raise StorageError(
+            f"the database {db.display_url} has schema revision {current}, which this version"
+            f" of agentauth does not know (it needs {head_revision()}): upgrade agentauth"
+        )
+
+
+def _remedy(db: Database) -> str:
+    return f"run: agentauth db upgrade --db {db.display_url}"
 
 
 @cache
 def head_revision() -> str | None:
     """The newest migration this code knows (read from the migration scripts once)."""
     return ScriptDirectory.from_config(_config()).get_current_head()
+
+
+@cache
+def known_revisions() -> frozenset[str]:
+    """Every migration this code has."""
+    return frozenset(s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions())
