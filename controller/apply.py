@@ -2,8 +2,10 @@
 
 The plan is computed inside the transaction that applies it (SQLite's write lock, or a
 PostgreSQL advisory lock per workspace), so the base state cannot move between plan and apply.
-Only objects the repository manages are touched. Whatever happens, the attempt is recorded in
-``sync_status``; a failed attempt leaves the last applied revision in force.
+Only objects the repository manages are touched, exactly as the plan says: a policy whose
+agent changes moves in place (its id and rate-limit counters are kept). Whatever happens, the
+attempt is recorded in ``sync_status``; a failed attempt leaves the last applied revision in
+force.
 
 Called by the ``apply``, ``watch`` and ``sync`` verbs and by ``serve --repo``.
 """
@@ -21,14 +23,14 @@ from sqlalchemy.orm import Session
 
 from controller.cache import DocumentCache
 from controller.load import SourceFile
-from controller.plan import Action, Change, Plan, build_plan
+from controller.plan import Action, Change, Plan, build_plan, same
 from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
 from controller.state import MANAGER, read_live
 from core import agents as agent_store
 from core import policies as policy_store
 from core.clock import Clock, utc_now
 from core.db import Database
-from core.db.models import SyncStatus
+from core.db.models import Policy, SyncStatus
 from core.errors import AgentAuthError, StorageError
 from core.keys import ensure_workspace
 from schemas import Problem
@@ -81,10 +83,11 @@ def apply_repo(
         with db.transaction(write=True) as session:
             workspace_id = ensure_workspace(session, workspace, now)
             _lock_workspace(session, workspace_id)
-            plan = build_plan(repo, read_live(session, workspace_id), prune_agents=prune_agents)
-            _refuse_conflicts(plan, adopt)
+            live = read_live(session, workspace_id)
+            plan = build_plan(repo, live, prune_agents=prune_agents, adopt=adopt)
+            _refuse_conflicts(plan)
             for change in plan.changes:
-                _execute(session, workspace_id, repo, change, now)
+                _execute(session, workspace_id, change, now)
                 if after_change is not None:
                     after_change(change)
             _record_success(session, workspace_id, repo, plan, source, revision, now)
@@ -127,20 +130,19 @@ def _lock_workspace(session: Session, workspace_id: str) -> None:
         )
 
 
-def _refuse_conflicts(plan: Plan, adopt: bool) -> None:
-    blocking = [c for c in plan.of(Action.CONFLICT) if not (adopt and c.adoptable)]
+def _refuse_conflicts(plan: Plan) -> None:
+    """Conflicts left in the plan (with ``adopt``, adoptable ones are planned as updates)."""
+    blocking = plan.of(Action.CONFLICT)
     if blocking:
         lines = "; ".join(f"{c.kind} '{c.name}': {c.note}" for c in blocking)
         raise ApplyRefused(f"{len(blocking)} conflict(s), nothing was applied: {lines}")
 
 
-def _execute(
-    session: Session, workspace_id: str, repo: Repo, change: Change, now: datetime
-) -> None:
+def _execute(session: Session, workspace_id: str, change: Change, now: datetime) -> None:
     if change.kind == "Agent":
         _execute_agent(session, workspace_id, change, now)
     else:
-        _execute_policy(session, workspace_id, repo, change, now)
+        _execute_policy(session, workspace_id, change, now)
 
 
 def _execute_agent(session: Session, workspace_id: str, change: Change, now: datetime) -> None:
@@ -148,7 +150,7 @@ def _execute_agent(session: Session, workspace_id: str, change: Change, now: dat
     if change.action is Action.CREATE:
         body = {"id": change.id, "managed_by": MANAGER, **wanted}
         agent = agent_store.create_agent(session, workspace_id, body, now)
-    elif change.action in (Action.UPDATE, Action.CONFLICT):  # a conflict here is an adoption
+    elif change.action is Action.UPDATE:  # an adopted agent too: it becomes managed here
         agent = agent_store.update_agent(session, workspace_id, change.id, wanted, now)
         agent.managed_by = MANAGER
     elif change.action is Action.DELETE:
@@ -160,34 +162,37 @@ def _execute_agent(session: Session, workspace_id: str, change: Change, now: dat
     session.flush()
 
 
-def _execute_policy(
-    session: Session, workspace_id: str, repo: Repo, change: Change, now: datetime
-) -> None:
+def _execute_policy(session: Session, workspace_id: str, change: Change, now: datetime) -> None:
     wanted = dict(change.after or {})
-    moved = change.before is not None and wanted and change.before.get("agent") != wanted["agent"]
-    if change.action is Action.DELETE or (change.action is Action.UPDATE and moved):
-        policy_store.delete_policy(session, workspace_id, change.id)
-        if change.action is Action.DELETE:
-            return
-    if change.action is Action.CREATE or moved:
-        body = _policy_body(repo, wanted) | {"id": change.id, "managed_by": MANAGER}
+    if change.action is Action.CREATE:
+        body = _policy_body(wanted) | {"id": change.id, "managed_by": MANAGER}
         policy = policy_store.create_policy(session, workspace_id, body, now)
-    elif change.action in (Action.UPDATE, Action.CONFLICT):
-        body = _policy_body(repo, wanted)
-        body.pop("agent_id")
-        if change.before is not None and change.before.get("rules") == wanted["rules"]:
-            body.pop("rules")  # replacing rules resets their rate-limit counters: only on change
-        policy = policy_store.update_policy(session, workspace_id, change.id, body, now)
-        policy.managed_by = MANAGER
+    elif change.action is Action.UPDATE:
+        policy = _update_policy(session, workspace_id, change, wanted, now)
+    elif change.action is Action.DELETE:
+        policy_store.delete_policy(session, workspace_id, change.id)
+        return
     else:
         return
     policy.managed_spec = wanted
     session.flush()
 
 
-def _policy_body(repo: Repo, wanted: dict[str, Any]) -> dict[str, Any]:
+def _update_policy(
+    session: Session, workspace_id: str, change: Change, wanted: dict[str, Any], now: datetime
+) -> Policy:
+    """The policy made what ``wanted`` says, in place (an adopted one too: it becomes managed)."""
+    body = _policy_body(wanted) | {"managed_by": MANAGER}
+    agent_id = body.pop("agent_id")
+    if same((change.before or {}).get("rules"), wanted["rules"]):
+        body.pop("rules")  # replacing rules resets their rate-limit counters: only on change
+    policy_store.update_policy(session, workspace_id, change.id, body, now)
+    return policy_store.move_policy(session, workspace_id, change.id, agent_id, now)
+
+
+def _policy_body(wanted: dict[str, Any]) -> dict[str, Any]:
     return {
-        "agent_id": repo.agents[wanted["agent"]].id,
+        "agent_id": wanted["agent_id"],
         "name": wanted["name"],
         "rules": wanted["rules"],
         "priority": wanted["priority"],

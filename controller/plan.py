@@ -8,19 +8,23 @@ says which rule and which member (``rules[2].parameters.amount.max``).
 Every managed object carries what the controller last wrote to it (``managed_spec``). A field
 whose live value differs from that was changed outside the repository, through the API: the
 change that puts it back is marked as drift. Objects the repository declares that exist
-unmanaged (same id, or same name) are conflicts: apply refuses them unless told to adopt an
-object with the same id.
+unmanaged (same id, or same name) are conflicts: apply refuses them. Planned with ``adopt``, an
+unmanaged object with the same id is an update that takes it over instead.
+
+A policy's agent is a field like any other (``agent_id``): a policy whose agent gets another id
+(``metadata.id`` pinned or changed, an agent renamed) is an update that moves it, planned and
+shown before the old agent is kept or pruned.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from controller.repo import DesiredAgent, DesiredPolicy, Repo
+from core import jsonvalues
 from schemas import format_path
 
 
@@ -65,8 +69,6 @@ class Change:
     fields: tuple[FieldChange, ...] = ()
     source: str | None = None  # file:line of the declaring document
     note: str | None = None
-    #: a conflict with an unmanaged object of the same id, which ``apply --adopt`` takes over
-    adoptable: bool = False
 
     @property
     def drift(self) -> bool:
@@ -95,8 +97,8 @@ class Plan:
 @dataclass(frozen=True)
 class LiveObject:
     """An agent or policy as the database holds it. ``fields`` are the managed fields (agent:
-    name, description, status; policy: name, agent, rules, priority, enabled); ``applied`` is
-    what the controller last wrote (None when unmanaged)."""
+    name, description, status; policy: name, agent, agent_id, rules, priority, enabled);
+    ``applied`` is what the controller last wrote (None when unmanaged)."""
 
     kind: str
     id: str
@@ -127,32 +129,39 @@ def policy_fields(policy: DesiredPolicy) -> dict[str, Any]:
     return {
         "name": policy.name,
         "agent": policy.agent,
+        "agent_id": policy.agent_id,
         "rules": policy.rules,
         "priority": policy.priority,
         "enabled": policy.enabled,
     }
 
 
-def build_plan(repo: Repo, live: LiveState, *, prune_agents: bool = False) -> Plan:
+def build_plan(
+    repo: Repo, live: LiveState, *, prune_agents: bool = False, adopt: bool = False
+) -> Plan:
     """The changes that make ``live`` what ``repo`` declares. Agents before policies on the
-    way up (creates, updates), policies before agents on the way down (deletes)."""
+    way up (creates, updates), policies before agents on the way down (deletes), so a policy
+    moves to its agent's new id before the old agent goes."""
     agents = _plan_kind(
         "Agent",
         {a.id: (a, agent_fields(a)) for a in repo.agents.values()},
         live.agents,
         live.inventory,
+        adopt,
     )
     policies = _plan_kind(
         "Policy",
         {p.id: (p, policy_fields(p)) for p in repo.policies.values()},
         live.policies,
         live.inventory,
+        adopt,
     )
-    if not prune_agents:  # a kept agent's policies are still pruned: it falls to default deny
-        agents = [_orphan(c) if c.action is Action.DELETE else c for c in agents]
-    up = [c for c in agents + policies if c.action is not Action.DELETE]
-    down = [c for c in policies + agents if c.action is Action.DELETE]
-    return Plan(tuple(up + down))
+    agents = [_retire(c, repo, prune_agents) for c in agents]
+    down = (Action.DELETE, Action.ORPHAN)  # an orphan is a delete not made: listed with them
+    return Plan(
+        tuple(c for c in agents + policies if c.action not in down)
+        + tuple(c for c in policies + agents if c.action in down)
+    )
 
 
 def _plan_kind(
@@ -160,34 +169,47 @@ def _plan_kind(
     desired: dict[str, tuple[DesiredAgent | DesiredPolicy, dict[str, Any]]],
     live: Sequence[LiveObject],
     inventory: frozenset[str],
+    adopt: bool,
 ) -> list[Change]:
     by_id = {obj.id: obj for obj in live}
     unmanaged_names = {_identity(obj): obj for obj in live if not obj.managed}
     out: list[Change] = []
     for object_id, (wanted, fields) in sorted(desired.items(), key=lambda kv: kv[1][0].name):
-        source = f"{wanted.document.file}:{wanted.document.line}"
-        agent = getattr(wanted, "agent", None)
-        current = by_id.get(object_id)
-        if current is None:
-            clash = unmanaged_names.get(_identity_of(kind, fields))
-            if clash is not None:
-                out.append(_conflict(kind, wanted.name, object_id, agent, clash, fields, source))
-                continue
-            note = "drift: deleted outside the repository" if object_id in inventory else None
-            out.append(Change(Action.CREATE, kind, wanted.name, object_id, agent, None, fields,
-                               _created(fields), source, note))  # fmt: skip
-        elif not current.managed:
-            out.append(_conflict(kind, wanted.name, object_id, agent, current, fields, source))
-        else:
-            changed = tuple(_field_changes(current, fields))
-            if changed:
-                out.append(Change(Action.UPDATE, kind, wanted.name, object_id, agent,
-                                   dict(current.fields), fields, changed, source))  # fmt: skip
+        current = by_id.get(object_id) or unmanaged_names.get(_identity_of(kind, fields))
+        change = _plan_object(kind, wanted, object_id, fields, current, inventory, adopt)
+        if change is not None:
+            out.append(change)
     for obj in sorted(live, key=lambda o: o.name):
         if obj.managed and obj.id not in desired:
             out.append(Change(Action.DELETE, kind, obj.name, obj.id, obj.fields.get("agent"),
                               dict(obj.fields), None, _removed(obj.fields)))  # fmt: skip
     return out
+
+
+def _plan_object(
+    kind: str,
+    wanted: DesiredAgent | DesiredPolicy,
+    object_id: str,
+    fields: dict[str, Any],
+    current: LiveObject | None,
+    inventory: frozenset[str],
+    adopt: bool,
+) -> Change | None:
+    """One declared object against what the database holds under its id (or, unmanaged, its
+    name): None when they already agree."""
+    source = f"{wanted.document.file}:{wanted.document.line}"
+    agent = getattr(wanted, "agent", None)
+    if current is None:
+        note = "drift: deleted outside the repository" if object_id in inventory else None
+        return Change(Action.CREATE, kind, wanted.name, object_id, agent, None, fields,
+                      _created(fields), source, note)  # fmt: skip
+    if not current.managed:
+        return _conflict(kind, wanted.name, object_id, agent, current, fields, source, adopt)
+    changed = tuple(_field_changes(current, fields))
+    if not changed:
+        return None
+    return Change(Action.UPDATE, kind, wanted.name, object_id, agent, dict(current.fields),
+                  fields, changed, source)  # fmt: skip
 
 
 def _identity(obj: LiveObject) -> tuple[str, ...]:
@@ -207,10 +229,16 @@ def _conflict(
     clash: LiveObject,
     fields: Mapping[str, Any],
     source: str,
+    adopt: bool,
 ) -> Change:
-    """``before`` is the unmanaged object, ``after`` what the repository wants it to be."""
-    adoptable = clash.id == object_id
-    if adoptable:
+    """``before`` is the unmanaged object, ``after`` what the repository wants it to be. With
+    ``adopt``, an unmanaged object with the same id is taken over: an update."""
+    before = dict(clash.fields)
+    if clash.id == object_id and adopt:
+        note = f"adopted: this {kind.lower()} was not managed by the repository until now"
+        return Change(Action.UPDATE, kind, name, object_id, agent, before, fields,
+                      tuple(_field_changes(clash, fields)), source, note)  # fmt: skip
+    if clash.id == object_id:
         note = (
             f"{kind.lower()} {object_id} exists but is not managed by the repository; "
             "apply --adopt to take it over"
@@ -220,14 +248,27 @@ def _conflict(
             f"an unmanaged {kind.lower()} named '{clash.name}' exists (id {clash.id}); "
             f"set metadata.id: {clash.id} in the file to adopt it, or rename one of them"
         )
-    return Change(Action.CONFLICT, kind, name, object_id, agent, dict(clash.fields), fields, (),
-                  source, note, adoptable)  # fmt: skip
+    return Change(Action.CONFLICT, kind, name, object_id, agent, before, fields, (), source, note)
 
 
-def _orphan(change: Change) -> Change:
-    note = "gone from the repository; kept (apply --prune-agents deletes it and its audit log)"
+def _retire(change: Change, repo: Repo, prune_agents: bool) -> Change:
+    """A managed agent the repository no longer declares under its id: deleted with
+    --prune-agents, else kept (its policies are pruned or moved either way, and it falls to
+    default deny). When the repository declares its name under another id, say where its
+    policies went."""
+    if change.action is not Action.DELETE:
+        return change
+    successor = repo.agents.get(change.name)
+    moved = None
+    if successor is not None:
+        moved = f"the repository declares '{change.name}' under the id {successor.id}"
+        moved += f", and its policies with it; id {change.id} is"
+    if prune_agents:
+        return replace(change, note=moved and f"{moved} deleted with its audit log")
+    kept = "kept (apply --prune-agents deletes it and its audit log)"
+    note = f"{moved} {kept}" if moved else f"gone from the repository; {kept}"
     return Change(Action.ORPHAN, change.kind, change.name, change.id, None, change.before,
-                   None, (), None, note)  # fmt: skip
+                  None, (), None, note)  # fmt: skip
 
 
 def _created(fields: Mapping[str, Any]) -> tuple[FieldChange, ...]:
@@ -239,11 +280,14 @@ def _removed(fields: Mapping[str, Any]) -> tuple[FieldChange, ...]:
 
 
 def _field_changes(current: LiveObject, desired: Mapping[str, Any]) -> Iterator[FieldChange]:
+    """Drift is a live value that is not what the controller last wrote. A field it has no
+    record of writing (an object being adopted, a field the managed spec gained after the
+    object was last applied, a status first set in the file) cannot have drifted."""
     applied = current.applied or {}
     for name, wanted in desired.items():
         have = current.fields.get(name, ABSENT)
         for path, before, after in diff_values((name,), have, wanted):
-            drift = not same(_at(applied, path), _at(current.fields, path))
+            drift = name in applied and not same(_at(applied, path), _at(current.fields, path))
             yield FieldChange(path, before, after, drift)
 
 
@@ -269,25 +313,10 @@ def _records(value: Any) -> bool:
 
 
 def same(a: Any, b: Any) -> bool:
-    """JSON equality: ``true`` is not ``1``, ``1`` is ``1.0``, key order does not matter."""
+    """JSON equality (``core.jsonvalues``), with :data:`ABSENT` equal only to itself."""
     if a is ABSENT or b is ABSENT:
         return a is b
-    return _canonical(a) == _canonical(b)
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(_integral(value), sort_keys=True, separators=(",", ":"))
-
-
-def _integral(value: Any) -> Any:
-    """1.0 -> 1 at any depth (JSON does not tell them apart); booleans stay booleans."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
-    return value
+    return jsonvalues.same(a, b)
 
 
 def _at(value: Any, path: tuple[str | int, ...]) -> Any:

@@ -41,6 +41,7 @@ def _policy(policy: Policy, agent_name: str) -> LiveObject:
     fields: dict[str, Any] = {
         "name": policy.name,
         "agent": agent_name,
+        "agent_id": policy.agent_id,
         "rules": policy.rules,
         "priority": policy.priority,
         "enabled": policy.enabled,

@@ -60,7 +60,8 @@ def get_policy(session: Session, workspace_id: str, policy_id: str) -> Policy:
     return policy
 
 
-#: what an update may change; a policy never moves to another agent
+#: what an update may change (the API never moves a policy; the controller does, by
+#: :func:`move_policy`)
 _UPDATABLE = ("name", "rules", "priority", "enabled", "managed_by")
 
 
@@ -88,6 +89,25 @@ def update_policy(
         setattr(policy, field, value)
     policy.updated_at = now
     bump_policy_version(agent)
+    session.flush()
+    return policy
+
+
+def move_policy(
+    session: Session, workspace_id: str, policy_id: str, agent_id: str, now: datetime
+) -> Policy:
+    """Put the policy on another agent of the workspace, in place: its id and rate-limit
+    counters are kept (a delete and a create would reset them). Both agents' policy versions
+    move, so every process recompiles both."""
+    policy = get_policy(session, workspace_id, policy_id)
+    if policy.agent_id == agent_id:
+        return policy
+    left = get_agent(session, workspace_id, policy.agent_id, lock=True)
+    joined = get_agent(session, workspace_id, agent_id, lock=True)
+    policy.agent_id = joined.id
+    policy.updated_at = now
+    bump_policy_version(left)
+    bump_policy_version(joined)
     session.flush()
     return policy
 
