@@ -21,10 +21,11 @@ install: $(PY) ## install the service with test and lint tools into .venv, from 
 
 # One resolution (dev, the widest) for every lock; run and test are cut from it, so the three
 # never disagree on a version. --universal: the same lock serves every platform and Python 3.11+.
+# Without UPGRADE, versions already locked stay unless setup.cfg no longer allows them.
 UV_COMPILE = $(VENV)/bin/uv pip compile -q --generate-hashes --universal --python-version 3.11 \
 	setup.cfg $(LOCK)/build.in
-lock: install ## resolve setup.cfg's ranges anew into requirements/*.txt (then run the suite, commit)
-	$(UV_COMPILE) --extra dev --upgrade -o $(LOCK)/dev.txt
+lock: install ## re-lock after a change to setup.cfg; UPGRADE=1: everything to its newest allowed
+	$(UV_COMPILE) --extra dev $(if $(UPGRADE),--upgrade) -o $(LOCK)/dev.txt
 	$(UV_COMPILE) --extra test -c $(LOCK)/dev.txt -o $(LOCK)/test.txt
 	$(UV_COMPILE) -c $(LOCK)/dev.txt -o $(LOCK)/run.txt
 
