@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from flask import Flask
 
-from core.clock import Clock, utc_now
 from core.config import Settings
-from core.db import Database
-from core.decisions import PolicyCache
+from core.domain.clock import Clock, utc_now
+from core.hotpath.decisions import PolicyCache
+from core.hotpath.recorder import Recorder
+from core.store.database import Database
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Flask:
@@ -36,8 +37,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app = Flask("agentauth")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    database = Database(settings)
     app.extensions["agentauth"] = Services(
-        settings, Database(settings), clock or utc_now, PolicyCache()
+        settings, database, clock or utc_now, PolicyCache(), Recorder.for_database(database)
     )
     errors.register(app)
     observe.register(app)

@@ -9,8 +9,8 @@ from flask import Blueprint, Response
 from api.auth import requires, takes_query
 from api.context import now, principal, services
 from api.params import path_id, read_body, read_paging, read_query
-from core import agents
-from core.keys import Scope
+from core.store import agents
+from core.store.keys import Scope
 
 bp = Blueprint("agents", __name__, url_prefix="/v1/agents")
 

@@ -9,10 +9,10 @@ from flask import Blueprint, Response
 from api.auth import requires, takes_query
 from api.context import now, principal, services
 from api.params import path_id, read_body, read_paging, read_query
-from core import keys
-from core.clock import parse_instant
-from core.errors import ValidationError
-from core.keys import Scope
+from core.domain.clock import parse_instant
+from core.domain.errors import ValidationError
+from core.store import keys
+from core.store.keys import Scope
 
 bp = Blueprint("api_keys", __name__, url_prefix="/v1/api-keys")
 

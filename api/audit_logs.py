@@ -11,10 +11,10 @@ from flask import Blueprint, Response, stream_with_context
 from api.auth import takes_query
 from api.context import now, principal, services
 from api.params import read_paging, read_query
-from core import audit
-from core.clock import parse_instant
-from core.errors import ValidationError
-from core.validation import require_uuid
+from core.domain.clock import parse_instant
+from core.domain.errors import ValidationError
+from core.domain.validation import require_uuid
+from core.store import audit
 
 bp = Blueprint("audit_logs", __name__, url_prefix="/v1/audit-logs")
 FILTERS = {"agent_id", "action", "tool_name", "result", "from", "to"}

@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 from flask import Flask, Response, current_app, g, request
 
 from api.context import close_reader, now, reader, services
-from core import keys
-from core.db import Database
-from core.errors import InsufficientScope, RateLimited, StorageError, ValidationError
-from core.keys import Scope
-from core.limits import CounterStore, SqlCounters
+from core.domain.errors import InsufficientScope, RateLimited, StorageError, ValidationError
+from core.store import keys
+from core.store.database import Database
+from core.store.keys import Scope
+from core.store.limits import CounterStore, SqlCounters
 
 F = TypeVar("F", bound=Callable[..., Any])
 WINDOW_SECONDS = 60

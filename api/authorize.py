@@ -27,12 +27,12 @@ from api.context import Services, now, principal, reader, services
 from api.errors import describe
 from api.observe import HEADER, RECEIVED, log_access, request_id
 from api.params import parse_body, read_body
-from core import keys
-from core.decisions import Outcome
-from core.decisions import authorize as decide
-from core.errors import StorageError
-from core.keys import Principal
-from core.reads import Reads
+from core.domain.errors import StorageError
+from core.hotpath.decisions import Outcome
+from core.hotpath.decisions import authorize as decide
+from core.hotpath.reads import Reads
+from core.store import keys
+from core.store.keys import Principal
 
 bp = Blueprint("authorize", __name__)
 PATH = "/v1/authorize"
@@ -57,7 +57,7 @@ def decide_and_count(
     """The decision, committed with its audit entry and the caller's key slot; metrics."""
     try:
         outcome = decide(
-            svc.db, svc.policies, caller, body, moment, received, reads=reads,
+            svc.db, svc.recorder, svc.policies, caller, body, moment, received, reads=reads,
             on_transaction=slot.take,
         )  # fmt: skip
     except StorageError:

@@ -7,12 +7,13 @@ from datetime import datetime
 
 from flask import current_app, g
 
-from core.clock import Clock
 from core.config import Settings
-from core.db import Database
-from core.decisions import PolicyCache
-from core.keys import Principal
-from core.reads import Reads
+from core.domain.clock import Clock
+from core.hotpath.decisions import PolicyCache
+from core.hotpath.reads import Reads
+from core.hotpath.recorder import Recorder
+from core.store.database import Database
+from core.store.keys import Principal
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,12 @@ class Services:
     db: Database
     clock: Clock
     policies: PolicyCache
+    recorder: Recorder
+
+    def close(self) -> None:
+        """Give back every connection of this process (the recorder's kept one first)."""
+        self.recorder.close()
+        self.db.dispose()
 
 
 def services() -> Services:

@@ -10,7 +10,7 @@ from flask import Flask, Response, current_app, jsonify
 from werkzeug.exceptions import HTTPException
 
 from api.metrics import RATE_LIMITED
-from core import errors
+from core.domain import errors
 
 log = logging.getLogger("agentauth.api")
 

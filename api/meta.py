@@ -10,8 +10,8 @@ from api.auth import public
 from api.context import services
 from api.errors import error_response
 from api.openapi import document
-from core.db.migrate import is_current
-from core.errors import StorageError
+from core.domain.errors import StorageError
+from core.store.migrate import is_current
 
 bp = Blueprint("meta", __name__)
 

@@ -40,9 +40,9 @@ from prometheus_client.registry import Collector
 
 from api.auth import public
 from api.context import services
-from core.db import Database
-from core.errors import StorageError
-from core.sync_status import applied_revisions
+from core.domain.errors import StorageError
+from core.store.database import Database
+from core.store.sync_status import applied_revisions
 
 #: set by ``agentauth serve`` before its workers start (prometheus_client reads it at import)
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from flask import Flask, Response, g, request
 
 from api.metrics import IN_FLIGHT
-from core.keys import KEY_SEARCH, Principal
+from core.store.keys import KEY_SEARCH, Principal
 
 HEADER = "X-Request-Id"
 RECEIVED = "agentauth.received"  # a WSGI environ key: never set from a request's headers

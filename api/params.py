@@ -10,8 +10,8 @@ from typing import Any
 
 from flask import request
 
-from core.errors import ValidationError
-from core.validation import require_uuid, require_valid
+from core.domain.errors import ValidationError
+from core.domain.validation import require_uuid, require_valid
 
 MAX_DEPTH = 64
 _DIGITS = re.compile(r"[0-9]{1,10}")

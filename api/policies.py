@@ -9,9 +9,9 @@ from flask import Blueprint, Response
 from api.auth import requires, takes_query
 from api.context import now, principal, services
 from api.params import path_id, read_body, read_paging, read_query
-from core import policies
-from core.keys import Scope
-from core.validation import require_uuid
+from core.domain.validation import require_uuid
+from core.store import policies
+from core.store.keys import Scope
 
 bp = Blueprint("policies", __name__, url_prefix="/v1/policies")
 

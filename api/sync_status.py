@@ -8,7 +8,7 @@ from typing import Any
 from flask import Blueprint
 
 from api.context import principal, services
-from core.sync_status import read_status, serialize_status
+from core.store.sync_status import read_status, serialize_status
 
 bp = Blueprint("sync_status", __name__)
 

@@ -41,8 +41,8 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from core.compiler import compile_policy
-from core.engine import CompiledPolicy, MemoryCounters, evaluate, order_policies
+from core.domain.compiler import compile_policy
+from core.domain.engine import CompiledPolicy, MemoryCounters, evaluate, order_policies
 
 AGENT = "ops-assistant"
 CREATED = datetime(2025, 1, 1, tzinfo=UTC)
@@ -607,7 +607,7 @@ def check_agreement(
     each request's expectation)."""
     import cedarpy
 
-    from core.validation import problems_of
+    from core.domain.validation import problems_of
 
     problems = [
         f"policy {p['name']!r} would be refused by the API: {problem}"
@@ -708,7 +708,7 @@ def time_engines(engines: Engines, requests: Sequence[Request], seconds: float) 
         return len(casbin_requests)
 
     return [
-        Rate("agentauth (core.engine.evaluate)", measure(ours, seconds), "compiled once"),
+        Rate("agentauth (core.domain.engine.evaluate)", measure(ours, seconds), "compiled once"),
         Rate(
             "cedarpy is_authorized",
             measure(cedar_single, seconds),

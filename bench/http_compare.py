@@ -725,7 +725,7 @@ class _TimedConnection:
 def _time_driver(timers: _Timers) -> None:
     """Time the statements the decision recorder sends straight to the driver, and count the
     decisions per group transaction (``batch size``)."""
-    from core.recorder import Recorder
+    from core.hotpath.recorder import Recorder
 
     def connect(original: Any) -> Any:
         def timed(recorder: Any) -> Any:
@@ -795,8 +795,8 @@ class _Setup:
 def _setup(workdir: Path) -> _Setup:
     from api import create_app
     from core.config import Settings
-    from core.db import Database
-    from core.db.migrate import upgrade
+    from core.store.database import Database
+    from core.store.migrate import upgrade
 
     url = f"sqlite:///{workdir / 'profile.db'}"
     key = create_admin_key(url, server_env())
@@ -813,7 +813,7 @@ def _setup(workdir: Path) -> _Setup:
         policy = {"agent_id": agent_id, "name": "bench", "rules": BENCH_POLICY_RULES}
         client.post("/v1/policies", json=policy, headers=headers)
     finally:
-        app.extensions["agentauth"].db.dispose()
+        app.extensions["agentauth"].close()
     body = {"agent_id": agent_id, "tool_name": TOOL, "parameters": PARAMETERS}
     return _Setup(settings, key, body)
 
@@ -832,18 +832,18 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
     import api.auth
     import api.authorize
     import api.params
-    import core.audit
-    import core.decisions
-    import core.keys
+    import core.hotpath.decisions
+    import core.store.audit
+    import core.store.keys
     from api import create_app
-    from core.decisions import Outcome, PolicyCache
-    from core.reads import Reads
-    from core.recorder import Recorder
+    from core.hotpath.decisions import Outcome, PolicyCache
+    from core.hotpath.reads import Reads
+    from core.hotpath.recorder import Recorder
 
     setup = _setup(workdir)
     timers = _Timers()
     # all looked up at call time; the fast path (api.authorize.FastPath) serves these requests
-    timers.wrap(core.keys, "authenticate", AUTH)
+    timers.wrap(core.store.keys, "authenticate", AUTH)
     timers.wrap(Reads, "api_key", "SELECT api_keys (driver)")
     timers.wrap(Reads, "agent", "SELECT agents (driver)")
     timers.wrap(api.authorize, "parse_body", BODY)
@@ -854,8 +854,8 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
     timers.wrap(Recorder, "run", ROUND_TRIP)
     timers.wrap(Recorder, "_transaction", TRANSACTION)
     timers.wrap(api.auth.KeySlot, "take", "per-key slot (KeySlot.take)")
-    timers.wrap(core.decisions, "evaluate", "evaluate (pure engine)")
-    timers.wrap(core.audit, "entry", "audit row")
+    timers.wrap(core.hotpath.decisions, "evaluate", "evaluate (pure engine)")
+    timers.wrap(core.store.audit, "entry", "audit row")
     timers.wrap(Outcome, "as_response", "response: Outcome.as_response")
     timers.wrap(api.authorize, "settle_slot", "rate-limit headers (settle_slot)")
     timers.wrap(api.authorize, "log_access", "access line (log_access)")
@@ -883,7 +883,7 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
         _send(client, setup, requests)
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu
-        app.extensions["agentauth"].db.dispose()
+        app.extensions["agentauth"].close()
     finally:
         timers.undo()
     phases = _phases(timers, requests, elapsed / requests * 1e6)
@@ -923,7 +923,7 @@ def _cprofile(app: Any, setup: _Setup, requests: int) -> list[tuple[str, float, 
     profiler.enable()
     _send(client, setup, profiled)
     profiler.disable()
-    app.extensions["agentauth"].db.dispose()
+    app.extensions["agentauth"].close()
     stats = pstats.Stats(profiler)
     rows = stats.stats  # type: ignore[attr-defined]
     top = sorted(rows.items(), key=lambda item: -item[1][2])[:14]
@@ -959,7 +959,7 @@ def _contended(app: Any, setup: _Setup, requests: int, threads: int) -> Contende
             worker.join()
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu
-        app.extensions["agentauth"].db.dispose()
+        app.extensions["agentauth"].close()
     finally:
         timers.undo()
     if failures:
@@ -989,9 +989,9 @@ def _name(where: tuple[str, int, str]) -> str:
     return f"{short}:{line}({func})"
 
 
-AUTH = "key lookup (core.keys.authenticate)"
+AUTH = "key lookup (core.store.keys.authenticate)"
 BODY = "body: strict JSON parse + schema quick check"
-DECIDE = "decision (core.decisions.authorize)"
+DECIDE = "decision (core.hotpath.decisions.authorize)"
 ROUND_TRIP = "recorder round trip (Recorder.run)"
 TRANSACTION = "batch transaction (Recorder._transaction)"
 _TOP_LEVEL = (

@@ -26,13 +26,13 @@ from controller.load import SourceFile
 from controller.plan import Action, Change, Plan, build_plan, same
 from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
 from controller.state import MANAGER, read_live
-from core import agents as agent_store
-from core import policies as policy_store
-from core.clock import Clock, utc_now
-from core.db import Database
-from core.db.models import Policy, SyncStatus
-from core.errors import AgentAuthError, StorageError
-from core.keys import ensure_workspace
+from core.domain.clock import Clock, utc_now
+from core.domain.errors import AgentAuthError, StorageError
+from core.store import agents as agent_store
+from core.store import policies as policy_store
+from core.store.database import Database
+from core.store.keys import ensure_workspace
+from core.store.models import Policy, SyncStatus
 from schemas import Problem
 
 log = logging.getLogger("agentauth.controller")

@@ -21,7 +21,7 @@ from typing import Any
 
 from controller import load
 from controller.load import Document, LoadedFile, SourceFile, parse_file
-from core.rules import check_rules
+from core.domain.rules import check_rules
 from schemas import Problem
 
 

@@ -24,12 +24,12 @@ from controller.render import render_json, render_markdown, render_text
 from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
 from controller.sources import open_repository, read_files, read_revision, revision_of
 from controller.state import as_applied, read_live
-from core.clock import parse_instant, utc_now
 from core.config import Settings
-from core.db import Database
-from core.db.migrate import require_current, upgrade
-from core.errors import AgentAuthError
-from core.keys import Scope, ensure_workspace, issue_key
+from core.domain.clock import parse_instant, utc_now
+from core.domain.errors import AgentAuthError
+from core.store.database import Database
+from core.store.keys import Scope, ensure_workspace, issue_key
+from core.store.migrate import require_current, upgrade
 from schemas import Problem
 
 DB_HELP = "database URL (default: $AGENTAUTH_DATABASE_URL, else sqlite:///agentauth.db)"

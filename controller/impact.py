@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session
 
 from controller.plan import Plan
 from controller.repo import DesiredPolicy, Repo
-from core.compiler import compile_policy
-from core.db.models import AuditEntry
-from core.decisions import load_policies
-from core.engine import CompiledPolicy, Decision, RateLimitRef, evaluate, order_policies
+from core.domain.compiler import compile_policy
+from core.domain.engine import CompiledPolicy, Decision, RateLimitRef, evaluate, order_policies
+from core.hotpath.decisions import load_policies
+from core.store.models import AuditEntry
 
 DEFAULT_REPLAY = 10_000
 EXAMPLES = 3

@@ -4,7 +4,7 @@ Called by :mod:`controller.repo` for each agent of a repository; ``agentauth val
 every verb that loads a repository) prints the result as warnings. Pure: plain values in, plain
 values out, no IO.
 
-Why a rule can be unreachable (decisions §1, :func:`core.engine.evaluate`): enabled policies
+Why a rule can be unreachable (decisions §1, :func:`core.domain.engine.evaluate`): enabled policies
 are walked in descending priority, and a policy with an in-scope ``tool_allowlist`` or
 ``tool_denylist`` rule always ends evaluation (a deny by one of its rules, a grant, or a
 rate-limit deny when the grant meets an exhausted limit). So a rule R of policy P is never
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from core.globs import compile_glob, is_wildcard
+from core.domain.globs import compile_glob, is_wildcard
 
 _DECIDING = frozenset({"tool_allowlist", "tool_denylist"})
 _EVERY_TOOL = ("*",)

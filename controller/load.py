@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from core.rules import check_rules
+from core.domain.rules import check_rules
 from schemas import Problem, check, format_path
 
 KINDS = ("Agent", "Policy", "PolicyTest")

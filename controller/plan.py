@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from controller.repo import DesiredAgent, DesiredPolicy, Repo
-from core import jsonvalues
+from core.domain import jsonvalues
 from schemas import format_path
 
 
@@ -313,7 +313,7 @@ def _records(value: Any) -> bool:
 
 
 def same(a: Any, b: Any) -> bool:
-    """JSON equality (``core.jsonvalues``), with :data:`ABSENT` equal only to itself."""
+    """JSON equality (``core.domain.jsonvalues``), with :data:`ABSENT` equal only to itself."""
     if a is ABSENT or b is ABSENT:
         return a is b
     return jsonvalues.same(a, b)

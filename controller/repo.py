@@ -15,7 +15,7 @@ from controller.cache import DocumentCache, paused_gc
 from controller.lint import LintPolicy, describe, shadowed_rules
 from controller.load import Document, LoadedFile, SourceFile
 from controller.references import check_tests
-from core import ids
+from core.domain import ids
 from schemas import Problem
 
 #: ``--workspace`` when none is given, for the database and for derived ids alike

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from controller.load import SourceFile, is_document_path, read_directory
-from core.errors import AgentAuthError
+from core.domain.errors import AgentAuthError
 
 if TYPE_CHECKING:  # GitPython is imported by the functions that use it: plan and validate
     import git  # of a plain directory never do, and it takes a tenth of a second

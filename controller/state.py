@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from controller.plan import LiveObject, LiveState, agent_fields, policy_fields
 from controller.repo import Repo
-from core.db.models import Agent, Policy, SyncStatus
+from core.store.models import Agent, Policy, SyncStatus
 
 MANAGER = "git"
 

@@ -32,7 +32,7 @@ from controller.apply import ApplyResult
 from controller.load import SourceFile
 from controller.sources import SourceError, read_revision
 from controller.watch import describe_result, short_revision, timestamp, wait_for_stop_signal
-from core.errors import AgentAuthError
+from core.domain.errors import AgentAuthError
 
 logger = logging.getLogger(__name__)
 

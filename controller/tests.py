@@ -1,5 +1,5 @@
 """The offline policy test runner behind ``agentauth test DIR``: every PolicyTest document of a
-repository evaluated by the same engine the server uses (``core.engine.evaluate`` on the
+repository evaluated by the same engine the server uses (``core.domain.engine.evaluate`` on the
 repository's policies compiled by ``controller.impact.compile_desired``), with no database.
 
 Semantics (decisions §5): the clock is fixed at the document's ``now``; one set of in-memory
@@ -25,8 +25,8 @@ from typing import Any
 from controller.impact import compile_desired
 from controller.load import Document
 from controller.repo import Repo
-from core.clock import isoformat, parse_instant
-from core.engine import CompiledPolicy, Decision, MemoryCounters, deny_agent_status, evaluate
+from core.domain.clock import isoformat, parse_instant
+from core.domain.engine import CompiledPolicy, Decision, MemoryCounters, deny_agent_status, evaluate
 
 #: agent statuses that deny every call before policies are read
 BLOCKING_STATUSES = ("suspended", "revoked")

@@ -49,9 +49,9 @@ from controller.load import is_document_path
 from controller.plan import Action
 from controller.repo import DEFAULT_WORKSPACE
 from controller.sources import SourceError, read_files, revision_of
-from core.clock import Clock, utc_now
-from core.db import Database
-from core.errors import AgentAuthError
+from core.domain.clock import Clock, utc_now
+from core.domain.errors import AgentAuthError
+from core.store.database import Database
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.errors import ConfigError
+from core.domain.errors import ConfigError
 
 DEFAULT_DATABASE_URL = "sqlite:///agentauth.db"
 SQLITE_SYNC_MODES = ("FULL", "NORMAL", "OFF", "EXTRA")

@@ -23,11 +23,11 @@ from hypothesis import settings as hypothesis_settings
 from sqlalchemy import create_engine, text
 
 from api import create_app
-from core import ids
 from core.config import Settings
-from core.db import Database, normalize_url
-from core.db.migrate import upgrade
-from core.keys import ensure_workspace, issue_key
+from core.domain import ids
+from core.store.database import Database, normalize_url
+from core.store.keys import ensure_workspace, issue_key
+from core.store.migrate import upgrade
 
 PG_ENV = "AGENTAUTH_TEST_DATABASE_URL"
 # Hypothesis fails an example that takes over 200 ms by default: a timing threshold, which a
@@ -126,7 +126,7 @@ def settings(database_url: str) -> Settings:
 def app(settings: Settings, clock: FakeClock) -> Iterator[Flask]:
     app = create_app(settings, clock=clock)
     yield app
-    app.extensions["agentauth"].db.dispose()
+    app.extensions["agentauth"].close()
 
 
 @pytest.fixture

@@ -185,7 +185,7 @@ def note_issued_key(key: str) -> None:
 
 def scan_database(url: str) -> None:
     """Every row of every table of the run's database (JSON columns included), at the end."""
-    from core.db.models import Base
+    from core.store.models import Base
 
     engine = create_engine(url)
     try:

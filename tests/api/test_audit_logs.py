@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from core import audit
-from core.clock import isoformat
-from core.redaction import MASK
+from core.domain.clock import isoformat
+from core.domain.redaction import MASK
+from core.store import audit
 from tests.api.helpers import decide, make_agent
 
 ALLOW_CALENDAR = [{"type": "tool_allowlist", "tools": ["calendar.*"]}]

@@ -218,7 +218,7 @@ def test_a_change_made_elsewhere_is_in_force_for_the_next_call(
         assert change(elsewhere.test_client(), admin_headers, policy).status_code in (200, 201, 204)
         assert ask(here, admin_headers, agent["id"], "calendar.create")["allowed"] is False
     finally:
-        elsewhere.extensions["agentauth"].db.dispose()
+        elsewhere.extensions["agentauth"].close()
 
 
 def test_fails_closed_when_the_audit_entry_cannot_be_written(

@@ -37,7 +37,7 @@ def flask_only(settings: Settings, clock: FakeClock) -> Iterator[Flask]:
     assert isinstance(app.wsgi_app, FastPath)
     app.wsgi_app = app.wsgi_app.inner  # type: ignore[method-assign]
     yield app
-    app.extensions["agentauth"].db.dispose()
+    app.extensions["agentauth"].close()
 
 
 @pytest.fixture
@@ -227,8 +227,8 @@ def test_a_database_failure_at_the_key_lookup_is_answered_once(
 ):
     """The fast path answers it itself: Flask would look the key up, and wait for an
     unavailable database, a second time."""
-    import core.keys
-    from core.errors import StorageError
+    import core.store.keys
+    from core.domain.errors import StorageError
 
     lookups: list[str] = []
 
@@ -236,7 +236,7 @@ def test_a_database_failure_at_the_key_lookup_is_answered_once(
         lookups.append("key")
         raise StorageError("the database connection was lost")
 
-    monkeypatch.setattr(core.keys, "authenticate", unavailable)
+    monkeypatch.setattr(core.store.keys, "authenticate", unavailable)
     body = {"agent_id": "x", "tool_name": "t"}
     answers = []
     for served_by in (app, flask_only):

@@ -57,7 +57,7 @@ def test_exactly_max_calls_allowed_across_processes(database_url, settings, cloc
 
     query = {"agent_id": agent["id"], "limit": 1000}
     entries = client.get("/v1/audit-logs", query_string=query, headers=bearer(key)).json["data"]
-    app.extensions["agentauth"].db.dispose()
+    app.extensions["agentauth"].close()
     assert len(told) == CLIENTS * CALLS_PER_CLIENT == len(entries)
     recorded = {entry["id"]: entry["result"] == "allowed" for entry in entries}
     assert {audit_id: allowed for allowed, audit_id in told} == recorded

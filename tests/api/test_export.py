@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from core import audit
-from core.redaction import MASK
+from core.domain.redaction import MASK
+from core.store import audit
 from tests.api.helpers import decide, make_agent
 
 COLUMNS = ["Timestamp", "Agent ID", "Tool", "Result", "Reason", "Latency (ms)", "Parameters"]

@@ -48,7 +48,7 @@ from controller.load import SourceFile
 from controller.repo import load_repo
 from controller.sources import content_hash
 from core.config import Settings
-from core.db import Database
+from core.store.database import Database
 from tests.api.helpers import assert_error
 from tests.conftest import FakeClock, Tenant, bearer
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from core import agents, policies
+from core.store import agents, policies
 
 ALLOW_ALL = [{"type": "tool_allowlist", "tools": ["*"]}]
 

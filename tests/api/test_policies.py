@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.db.models import Agent
+from core.store.models import Agent
 from tests.api.helpers import assert_error, decide, instant
 
 POLICY_FIELDS = {

@@ -65,7 +65,7 @@ def test_exact_across_worker_processes(database_url, settings, clock):
     from tests.conftest import Tenant
 
     key = Tenant(app, "rate-mp", clock).key("read-only")
-    app.extensions["agentauth"].db.dispose()
+    app.extensions["agentauth"].close()
     env = {"AGENTAUTH_RATE_LIMIT_PER_MINUTE": str(LIMIT * 4)}
     with (
         running_server(database_url, workers=3, threads=4, env=env) as base,

@@ -113,7 +113,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(database_url, setting
         assert server.process.wait(timeout=DEADLINE) == 0
 
     entries = client.get("/v1/audit-logs", query_string={"agent_id": agent_id}, headers=bearer(key))
-    app.extensions["agentauth"].db.dispose()
+    app.extensions["agentauth"].close()
     assert [entry["id"] for entry in entries.json["data"]] == [answer["auditId"]]
 
 

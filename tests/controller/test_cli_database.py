@@ -20,8 +20,8 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from core.config import Settings
-from core.db import Database, normalize_url
-from core.db.migrate import head_revision, upgrade
+from core.store.database import Database, normalize_url
+from core.store.migrate import head_revision, upgrade
 from tests.conftest import PG_ENV
 from tests.controller.conftest import agent_doc, write_files
 from tests.server import free_port, kill_session, session_members

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from controller.cli import main
 from controller.load import SourceFile
 from controller.repo import load_repo
-from core import agents as agent_store
-from core.clock import utc_now
 from core.config import Settings
-from core.db import Database
-from core.keys import ensure_workspace
+from core.domain.clock import utc_now
+from core.store import agents as agent_store
+from core.store.database import Database
+from core.store.keys import ensure_workspace
 from tests.controller.conftest import agent_doc, write_files
 
 REFUNDS = """

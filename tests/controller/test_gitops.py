@@ -15,10 +15,10 @@ from controller.apply import apply_repo
 from controller.load import SourceFile
 from controller.repo import load_repo
 from controller.sources import read_files
-from core.clock import utc_now
 from core.config import Settings
-from core.db import Database
-from core.db.models import Agent, Policy, SyncStatus
+from core.domain.clock import utc_now
+from core.store.database import Database
+from core.store.models import Agent, Policy, SyncStatus
 from tests.conftest import FakeClock, Tenant
 from tests.controller.conftest import agent_doc, write_files
 

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.lint import LintPolicy, Shadow, describe, glob_covers, shadowed_rules
-from core.compiler import compile_policy
-from core.engine import MemoryCounters, evaluate, order_policies
-from core.globs import compile_glob
+from core.domain.compiler import compile_policy
+from core.domain.engine import MemoryCounters, evaluate, order_policies
+from core.domain.globs import compile_glob
 
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # Monday
 

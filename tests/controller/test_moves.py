@@ -17,8 +17,8 @@ from api import create_app
 from controller.repo import load_repo
 from controller.sources import read_files
 from core.config import Settings
-from core.db import Database
-from core.db.models import Policy
+from core.store.database import Database
+from core.store.models import Policy
 from tests.conftest import FakeClock, Tenant
 from tests.controller.conftest import agent_doc, write_files
 
@@ -83,7 +83,7 @@ def api(database_url: str, ws_name: str) -> Iterator[API]:
     settings = Settings(database_url=database_url, rate_limit_per_minute=100_000)
     app = create_app(settings, clock=clock)
     yield app.test_client(), Tenant(app, ws_name, clock).headers("admin")
-    app.extensions["agentauth"].db.dispose()
+    app.extensions["agentauth"].close()
 
 
 def _refund(api: API, agent_id: str) -> tuple[bool, str | None]:

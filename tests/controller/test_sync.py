@@ -27,10 +27,10 @@ from controller.sync import (
     describe_poll,
     redact_url,
 )
-from core import agents as agent_store
-from core import ids
 from core.config import Settings
-from core.db import Database
+from core.domain import ids
+from core.store import agents as agent_store
+from core.store.database import Database
 from tests.conftest import FakeClock, Tenant
 from tests.controller.conftest import agent_doc, write_files
 from tests.controller.test_watch import (
@@ -160,7 +160,7 @@ def _decide(database_url: str, workspace: str, tool: str) -> bool:
         assert response.status_code == 200, response.get_data(as_text=True)
         return bool(response.json["allowed"])
     finally:
-        app.extensions["agentauth"].db.dispose()
+        app.extensions["agentauth"].close()
 
 
 def test_an_unreachable_remote_backs_off_and_changes_nothing(

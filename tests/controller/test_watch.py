@@ -28,10 +28,10 @@ from controller.repo import load_repo
 from controller.sources import read_files, revision_of
 from controller.state import read_live
 from controller.watch import Watcher, apply_directory, describe_result, is_watched_path
-from core import ids
 from core.config import Settings
-from core.db import Database
-from core.db.models import SyncStatus
+from core.domain import ids
+from core.store.database import Database
+from core.store.models import SyncStatus
 from tests.controller.conftest import agent_doc, write_files
 from tests.server import _wait_until_healthy, free_port, stop_server
 

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from core.compiler import compile_policy
-from core.engine import (
+from core.domain.compiler import compile_policy
+from core.domain.engine import (
     CompiledPolicy,
     Decision,
     MemoryCounters,
@@ -39,7 +39,7 @@ from core.engine import (
     evaluate,
     order_policies,
 )
-from core.rules import check_rules
+from core.domain.rules import check_rules
 from schemas import validate
 
 CASES = Path(__file__).resolve().parent.parent / "cases"

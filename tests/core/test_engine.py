@@ -1,4 +1,4 @@
-"""Unit and property tests for core.engine and core.globs.
+"""Unit and property tests for core.domain.engine and core.domain.globs.
 
 Behaviour a policy author sees is mostly covered as data in tests/cases/*.yaml (run by
 test_cases.py); this file covers the pieces those cases cannot reach: the glob matcher against
@@ -20,9 +20,9 @@ import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import compiler
-from core.compiler import compile_policy
-from core.engine import (
+from core.domain import compiler
+from core.domain.compiler import compile_policy
+from core.domain.engine import (
     CompiledPolicy,
     Decision,
     MemoryCounters,
@@ -33,7 +33,7 @@ from core.engine import (
     evaluate,
     order_policies,
 )
-from core.globs import Glob, compile_glob, compile_tools
+from core.domain.globs import Glob, compile_glob, compile_tools
 
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # Monday; epoch 1772445600
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""``core.jsonvalues.same``: equality as JSON means it, which decides whether an update of a
+"""``core.domain.jsonvalues.same``: equality as JSON means it, which decides whether an update of a
 policy or an agent changes anything."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from core.jsonvalues import same
+from core.domain.jsonvalues import same
 
 EQUAL = {
     "integral-float": (1, 1.0),

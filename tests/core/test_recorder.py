@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from core.config import Settings
-from core.db import Database
-from core.errors import StorageError
-from core.recorder import Batch, Recorder
+from core.domain.errors import StorageError
+from core.hotpath.recorder import Batch, Recorder
+from core.store.database import Database
 
 DEADLINE = 30  # seconds: a hang guard, never a measure of speed
 
@@ -23,6 +23,13 @@ def db(database_url: str) -> Iterator[Database]:
     database = Database(Settings(database_url=database_url))
     yield database
     database.dispose()
+
+
+@pytest.fixture
+def recorder(db: Database) -> Iterator[Recorder]:
+    made = Recorder.for_database(db)
+    yield made
+    made.close()
 
 
 class _Queue(list[Any]):
@@ -79,20 +86,20 @@ def _batch_after_a_held_one(
     return results
 
 
-def test_a_job_that_raises_systemexit_leaves_nobody_of_its_batch_waiting(db):
+def test_a_job_that_raises_systemexit_leaves_nobody_of_its_batch_waiting(db, recorder):
     def dies(_batch: Batch) -> None:
         raise SystemExit("the job's thread is told to stop")
 
-    results = _batch_after_a_held_one(db.recorder, {"dies": dies, "other": lambda _b: "fine"})
+    results = _batch_after_a_held_one(recorder, {"dies": dies, "other": lambda _b: "fine"})
     assert results == {
         "leader": ("ok", "held"),
         "dies": ("raised", "SystemExit"),  # it led the batch: the exception is its own
         "other": ("raised", "StorageError"),  # told, never acknowledged, never left waiting
     }
-    assert db.recorder.run(lambda _b: "after") == "after"  # and the recorder goes on
+    assert recorder.run(lambda _b: "after") == "after"  # and the recorder goes on
 
 
-def test_a_job_failing_after_a_write_fails_alone_and_its_batch_commits(db):
+def test_a_job_failing_after_a_write_fails_alone_and_its_batch_commits(db, recorder):
     def counts(name: str) -> Callable[[Batch], Any]:
         return lambda batch: batch.consume(name, 0, 10)
 
@@ -101,7 +108,7 @@ def test_a_job_failing_after_a_write_fails_alone_and_its_batch_commits(db):
         raise ValueError("after a write")
 
     results = _batch_after_a_held_one(
-        db.recorder,
+        recorder,
         {"a": counts("recorder-test:a"), "bad": writes_then_fails, "b": counts("recorder-test:a")},
     )
     assert results == {
@@ -111,20 +118,20 @@ def test_a_job_failing_after_a_write_fails_alone_and_its_batch_commits(db):
         "b": ("ok", 2),  # the batch ran again job by job: the counts are exact
     }
     # the failing job's write was undone: its counter starts from nothing
-    assert db.recorder.run(lambda batch: batch.consume("recorder-test:failing", 0, 10)) == 1
+    assert recorder.run(lambda batch: batch.consume("recorder-test:failing", 0, 10)) == 1
 
 
-def test_a_database_error_of_one_job_is_a_storage_error(db):
+def test_a_database_error_of_one_job_is_a_storage_error(db, recorder):
     def bad_sql(batch: Batch) -> None:
         batch.consume("recorder-test:c", 0, 10)
         batch._cursor.execute("SELECT no_such_column FROM audit_log")
 
-    results = _batch_after_a_held_one(db.recorder, {"bad": bad_sql, "ok": lambda _b: "fine"})
+    results = _batch_after_a_held_one(recorder, {"bad": bad_sql, "ok": lambda _b: "fine"})
     assert results["bad"] == ("raised", StorageError.__name__)
     assert results["ok"] == ("ok", "fine")
 
 
-def test_a_batch_is_acknowledged_only_when_it_was_committed(db):
+def test_a_batch_is_acknowledged_only_when_it_was_committed(db, recorder):
     """A job that swallows a failed statement: on PostgreSQL the transaction is then void and a
     COMMIT would silently roll it back, so the batch must fail; on SQLite a failed read leaves
     the transaction whole. Either way: acknowledged exactly when its write was committed."""
@@ -138,9 +145,9 @@ def test_a_batch_is_acknowledged_only_when_it_was_committed(db):
         raise AssertionError("the statement was expected to fail")
 
     try:
-        told = db.recorder.run(swallows_a_failure)
+        told = recorder.run(swallows_a_failure)
     except StorageError:
         told = "failed"
-    committed = db.recorder.run(lambda b: b.consume("recorder-test:swallowed", 0, 10)) == 2
+    committed = recorder.run(lambda b: b.consume("recorder-test:swallowed", 0, 10)) == 2
     assert (told == "acknowledged") == committed
     assert told == ("failed" if not db.is_sqlite else "acknowledged")

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.redaction import MASK, is_sensitive, redact
+from core.domain.redaction import MASK, is_sensitive, redact
 
 API_KEY = "svc_" + "0123456789abcdef" * 2
 OTHER_API_KEY = "svc_" + "FEDCBA9876543210" * 2

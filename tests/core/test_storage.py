@@ -8,13 +8,14 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import delete, func, select, text, update
 
-from core import agents, ids, limits
 from core.config import Settings
-from core.db import Database
-from core.db.models import AuditEntry, Policy
-from core.errors import StorageError
-from core.keys import ensure_workspace
-from core.policies import create_policy
+from core.domain import ids
+from core.domain.errors import StorageError
+from core.store import agents, limits
+from core.store.database import Database
+from core.store.keys import ensure_workspace
+from core.store.models import AuditEntry, Policy
+from core.store.policies import create_policy
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

@@ -107,7 +107,7 @@ class World:
 
     def close(self) -> None:
         self.http.close()
-        self.app.extensions["agentauth"].db.dispose()
+        self.app.extensions["agentauth"].close()
 
 
 @pytest.fixture

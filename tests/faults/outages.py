@@ -21,7 +21,7 @@ from typing import Protocol
 
 from sqlalchemy.engine import make_url
 
-from core.db import normalize_url
+from core.store.database import normalize_url
 
 STOP_SECONDS = 10
 #: the other process: takes the lock, says so, holds it until its standard input closes

@@ -22,9 +22,9 @@ from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from core.db import normalize_url
-from core.db.models import AuditEntry
-from core.db.models import Counter as RateCounter
+from core.store.database import normalize_url
+from core.store.models import AuditEntry
+from core.store.models import Counter as RateCounter
 from tests.api.helpers import make_agent
 from tests.conftest import bearer
 from tests.faults.traffic import CALL_TIMEOUT, Answer, Traffic

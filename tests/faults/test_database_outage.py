@@ -14,8 +14,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, select
 
-from core.db import normalize_url
-from core.db.models import AuditEntry
+from core.store.database import normalize_url
+from core.store.models import AuditEntry
 from tests.api.helpers import make_agent
 from tests.conftest import bearer
 from tests.faults.outages import Outage, PostgresProxy, outage_of

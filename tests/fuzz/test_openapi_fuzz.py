@@ -27,10 +27,10 @@ import schemathesis
 from hypothesis import strategies as st
 
 from api import create_app
-from core import ids
-from core.clock import parse_instant
 from core.config import Settings
-from core.rules import compile_regex, known_timezones
+from core.domain import ids
+from core.domain.clock import parse_instant
+from core.domain.rules import compile_regex, known_timezones
 
 EXAMPLES = int(os.environ.get("AGENTAUTH_FUZZ_EXAMPLES", "25"))
 SEED = int(os.environ.get("AGENTAUTH_FUZZ_SEED", "0"))
@@ -86,7 +86,7 @@ def _load_schema() -> Any:
     try:
         return schemathesis.openapi.from_wsgi("/v1/openapi.json", app, config=config)
     finally:
-        app.extensions["agentauth"].db.dispose()
+        app.extensions["agentauth"].close()
 
 
 schema = _load_schema()

@@ -1,6 +1,6 @@
 """JSON values compared the way JSON means them, not the way Python does: ``1`` is ``1.0``,
-``true`` is not ``1``, a mapping's key order does not matter. Called by ``core.policies`` and
-``core.agents``, which leave a field alone when an update gives it the value it already has.
+``true`` is not ``1``, a mapping's key order does not matter. Called by ``core.store.policies`` and
+``core.store.agents``, which leave a field alone when an update gives it the value it already has.
 """
 
 from __future__ import annotations

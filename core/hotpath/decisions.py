@@ -16,12 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
-from core import audit
-from core.agents import AgentStatus
-from core.compiler import compile_policy
-from core.db import Database
-from core.db.models import Policy
-from core.engine import (
+from core.domain.compiler import compile_policy
+from core.domain.engine import (
     CompiledPolicy,
     Decision,
     RateLimitRef,
@@ -30,11 +26,15 @@ from core.engine import (
     evaluate,
     order_policies,
 )
-from core.keys import Principal
-from core.limits import CounterStore
-from core.reads import AgentRow, Reads
-from core.recorder import Batch
-from core.redaction import scrub
+from core.domain.redaction import scrub
+from core.hotpath.reads import AgentRow, Reads
+from core.hotpath.recorder import Batch, Recorder
+from core.store import audit
+from core.store.agents import AgentStatus
+from core.store.database import Database
+from core.store.keys import Principal
+from core.store.limits import CounterStore
+from core.store.models import Policy
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,7 @@ class BatchCounters:
 
 def authorize(
     db: Database,
+    recorder: Recorder,
     cache: PolicyCache,
     caller: Principal,
     body: dict[str, Any],
@@ -197,7 +198,7 @@ def authorize(
 
     if decided is not None:  # the audit row too is made before the hand-off
         outcome, row = entry(decided)
-        values = db.recorder.statements.audit_values(row)
+        values = recorder.statements.audit_values(row)
 
         def record(batch: Batch) -> Outcome:
             if on_transaction is not None:
@@ -215,7 +216,7 @@ def authorize(
             batch.append_audit(row)
             return outcome
 
-    return db.recorder.run(record)
+    return recorder.run(record)
 
 
 class _NeedsCounters(Exception):

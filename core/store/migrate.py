@@ -2,7 +2,7 @@
 ``agentauth serve``, every verb that writes) rather than from an ``alembic.ini``; and refusing,
 for the verbs that only read, a database that is missing or whose schema is not this code's.
 
-Each failure is a :class:`core.errors.StorageError` that names the database (without its
+Each failure is a :class:`core.domain.errors.StorageError` that names the database (without its
 password), says why, and says what to do.
 """
 
@@ -18,8 +18,8 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.db import Database
-from core.errors import StorageError
+from core.domain.errors import StorageError
+from core.store.database import Database
 
 #: any fixed number: PostgreSQL instances starting together take turns migrating
 _ADVISORY_LOCK = 7_041_973_202
@@ -27,7 +27,7 @@ _ADVISORY_LOCK = 7_041_973_202
 
 def _config() -> Config:
     config = Config()
-    config.set_main_option("script_location", "core.db:migrations")
+    config.set_main_option("script_location", "core.store:migrations")
     return config
 
 

@@ -11,12 +11,13 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from core import ids, limits
-from core.clock import isoformat
-from core.db.models import Agent, Policy
-from core.errors import AgentNotFound
-from core.jsonvalues import same
-from core.paging import Page, paginate
+from core.domain import ids
+from core.domain.clock import isoformat
+from core.domain.errors import AgentNotFound
+from core.domain.jsonvalues import same
+from core.store import limits
+from core.store.models import Agent, Policy
+from core.store.paging import Page, paginate
 
 
 class AgentStatus(StrEnum):

@@ -5,9 +5,10 @@ timeout, and ``BEGIN IMMEDIATE`` for write transactions so two writers queue on 
 of failing with "database is locked" after reading. PostgreSQL serves several instances.
 
 Callers use :meth:`Database.transaction`; commits happen there and nowhere else. SQLAlchemy
-errors are translated into :class:`core.errors.StorageError` at this boundary: during requests
-in words fit for an API client; when the database is opened (:meth:`Database.schema_connection`)
-with the database's URL and the driver's reason, both without the password.
+errors are translated into :class:`core.domain.errors.StorageError` at this boundary: during
+requests in words fit for an API client; when the database is opened
+(:meth:`Database.schema_connection`) with the database's URL and the driver's reason, both
+without the password.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.config import Settings
-from core.errors import ConfigError, StorageError
+from core.domain.errors import ConfigError, StorageError
 
 _PG_NETWORK = {
     "connect_timeout": 10,
@@ -69,14 +70,11 @@ class Database:
         self._write_engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
         # SQLite has one writer at a time: threads of this process queue on a lock of their own
         # rather than in SQLite's busy handler, which sleeps whole milliseconds between tries
-        self._write_lock = threading.Lock() if self.is_sqlite else None
+        self.write_lock = threading.Lock() if self.is_sqlite else None
+        #: how long a write waits for another process's SQLite write lock
+        self.busy_timeout_seconds = settings.sqlite_busy_timeout_ms / 1000
         self._reader = sessionmaker(bind=self.engine, expire_on_commit=False)
         self._writer = sessionmaker(bind=self._write_engine, expire_on_commit=False)
-        from core.recorder import Recorder  # it needs the models, which need this package
-
-        self.recorder = Recorder(
-            self.engine, self._write_lock, settings.sqlite_busy_timeout_ms / 1000
-        )
 
     @contextmanager
     def transaction(self, *, write: bool = False, snapshot: bool = False) -> Iterator[Session]:
@@ -87,7 +85,7 @@ class Database:
         transaction in WAL mode already is a snapshot).
         """
         lock: AbstractContextManager[Any] = (
-            self._write_lock if write and self._write_lock else nullcontext()
+            self.write_lock if write and self.write_lock else nullcontext()
         )
         with lock:
             yield from self._session(write, snapshot)
@@ -114,7 +112,7 @@ class Database:
         unit of work costs more than the SQL. Same commit, rollback and error rules as
         :meth:`transaction`."""
         lock: AbstractContextManager[Any] = (
-            self._write_lock if write and self._write_lock else nullcontext()
+            self.write_lock if write and self.write_lock else nullcontext()
         )
         with lock:
             try:
@@ -124,7 +122,6 @@ class Database:
                 raise StorageError(_describe(exc)) from exc
 
     def dispose(self) -> None:
-        self.recorder.close()
         self.engine.dispose()
 
     @contextmanager

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import ids
-from core.errors import ValidationError
-from core.rules import check_rules
+from core.domain import ids
+from core.domain.errors import ValidationError
+from core.domain.rules import check_rules
 from schemas import Problem, check, validate
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from core.db.models import Base
+from core.store.models import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only reached by a bare `alembic` command

@@ -1,7 +1,7 @@
 """The audit log: append (redacted), query and export. Entries are never updated or deleted by
 this code (the database refuses it, too), except by the cascade of deleting their agent.
 
-Called by ``core.decisions`` (append, inside the decision's transaction) and by
+Called by ``core.hotpath.decisions`` (append, inside the decision's transaction) and by
 ``api/audit_logs.py`` (query, export).
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 from sqlalchemy import Connection, Select, func, insert, select
 from sqlalchemy.orm import Session
 
-from core import ids
-from core.clock import isoformat
-from core.db.models import AuditEntry
-from core.paging import Page, paginate
-from core.redaction import redact, scrub
+from core.domain import ids
+from core.domain.clock import isoformat
+from core.domain.redaction import redact, scrub
+from core.store.models import AuditEntry
+from core.store.paging import Page, paginate
 
 RESULTS = ("allowed", "denied", "escalated")
 EXPORT_LIMIT = 5000
@@ -61,8 +61,8 @@ def entry(
     timestamp: datetime,
 ) -> dict[str, Any]:
     """One entry's row, with a new id: parameters redacted, API keys scrubbed from every text.
-    Decisions write it through a group-commit batch (``core.recorder``); anything else through
-    :func:`append`."""
+    Decisions write it through a group-commit batch (``core.hotpath.recorder``); anything
+    else through :func:`append`."""
     return {
         "id": ids.new_sortable_id(),
         "workspace_id": workspace_id,

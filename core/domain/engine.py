@@ -1,7 +1,7 @@
 """Pure policy evaluation: compiled policies + tool call + instant -> Decision.
 
 Called by the API's authorize endpoint and by the controller's offline ``agentauth test``
-runner. :func:`core.compiler.compile_policy` runs when policies are loaded and does all the
+runner. :func:`core.domain.compiler.compile_policy` runs when policies are loaded and does all the
 expensive work once (globs, RE2 programs, time zones); :func:`evaluate` runs on every check.
 Nothing here does IO or reads a clock: the caller passes ``now`` and a ``consume`` callable
 that owns the rate-limit counters (the database in the API, :class:`MemoryCounters` offline).
@@ -19,7 +19,7 @@ from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any, Protocol
 
-from core.globs import ToolMatcher
+from core.domain.globs import ToolMatcher
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROS = 1_000_000

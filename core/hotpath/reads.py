@@ -5,10 +5,10 @@ Through SQLAlchemy's Core these cost about five times the SQL itself (execution 
 result object, row processing); here they are a prepared statement text, a cursor and a tuple.
 Nothing is cached between requests: every call reads the rows as committed at that moment, so
 a key revoked or an agent suspended by any process is in force for the very next call. Driver
-errors are translated into :class:`core.errors.StorageError` here, and a connection found
+errors are translated into :class:`core.domain.errors.StorageError` here, and a connection found
 broken is dropped rather than returned to the pool.
 
-Used by the API's auth hook (``core.keys.authenticate``) and by ``core.decisions``.
+Used by the API's auth hook (``core.store.keys.authenticate``) and by ``core.hotpath.decisions``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.db.models import ApiKey
-from core.errors import StorageError
+from core.domain.errors import StorageError
+from core.store.keys import KeyRow
+from core.store.models import ApiKey
 
 _KEY_SQL = (
     "SELECT id, workspace_id, scopes, expires_at, revoked_at FROM api_keys WHERE key_hash = ?"
@@ -33,18 +34,9 @@ _AGENT_SQL = (
 
 
 @dataclass(frozen=True, slots=True)
-class KeyRow:
-    id: str
-    workspace_id: str
-    scopes: str
-    expires_at: datetime | None
-    revoked: bool
-
-
-@dataclass(frozen=True, slots=True)
 class AgentRow:
     """``created_at`` is as the driver returned it: it only tells one incarnation of an agent
-    id from another (``core.decisions.PolicyCache``)."""
+    id from another (``core.hotpath.decisions.PolicyCache``)."""
 
     id: str
     status: str

@@ -18,7 +18,7 @@ its connection from batch to batch, out of the pool and so never pinged: when th
 turns out broken (the database restarted, a proxy or firewall dropped it while the process was
 idle) before the batch's COMMIT was sent, nothing of the batch can have been committed, and it
 runs once more on a new connection instead of failing decisions the database could take.
-Called by ``core.decisions``; nothing else writes through it.
+Called by ``core.hotpath.decisions``; nothing else writes through it.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy import Engine
 
-from core.db.models import AuditEntry
-from core.errors import StorageError
-from core.limits import UPSERT_SQL
+from core.domain.errors import StorageError
+from core.store.database import Database
+from core.store.limits import UPSERT_SQL
+from core.store.models import AuditEntry
 
 log = logging.getLogger("agentauth.recorder")
 T = TypeVar("T")
@@ -94,7 +95,7 @@ class Batch:
         self.writes = 0
 
     def consume(self, name: str, window_start: int, maximum: int) -> int | None:
-        """One slot of a fixed-window counter (see core.limits); None when it is full (and
+        """One slot of a fixed-window counter (see core.store.limits); None when it is full (and
         then nothing was changed)."""
         params = {"name": name, "window_start": window_start, "maximum": maximum}
         self._cursor.execute(self._sql.upsert, params)
@@ -192,6 +193,11 @@ class Recorder:
         self._pending: list[_Entry] = []
         self._leading = False
         self._connection: Any = None
+
+    @classmethod
+    def for_database(cls, db: Database) -> Recorder:
+        """The recorder of ``db``'s process: its engine, write lock and busy timeout."""
+        return cls(db.engine, db.write_lock, db.busy_timeout_seconds)
 
     def run(self, job: Callable[[Batch], T]) -> T:
         """Run ``job`` in the next group transaction; its result once that has committed.

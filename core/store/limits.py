@@ -15,7 +15,7 @@ from typing import Protocol
 from sqlalchemy import Connection, delete, text
 from sqlalchemy.orm import Session
 
-from core.db.models import Counter
+from core.store.models import Counter
 
 #: the one counting statement; SQLite and PostgreSQL both take it as written (the decision
 #: recorder runs it through the driver directly, everything else through SQLAlchemy)
@@ -43,7 +43,7 @@ def consume(db: Session | Connection, name: str, window_start: int, maximum: int
 
 class CounterStore(Protocol):
     """Where counters live for one transaction: a SQLAlchemy session or connection
-    (:class:`SqlCounters`), or a group-commit batch (``core.recorder.Batch``)."""
+    (:class:`SqlCounters`), or a group-commit batch (``core.hotpath.recorder.Batch``)."""
 
     def consume(self, name: str, window_start: int, maximum: int) -> int | None: ...
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-from core.ids import workspace_id
+from core.domain.ids import workspace_id
 
 revision = "0001"
 down_revision = None

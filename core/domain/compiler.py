@@ -1,7 +1,8 @@
 """Compiling stored policies for the engine: globs, RE2 programs, time zones and deny messages
-are prepared once here, so :func:`core.engine.evaluate` does no such work per call.
+are prepared once here, so :func:`core.domain.engine.evaluate` does no such work per call.
 
-Called by ``core.decisions`` (the API's policy cache) and the controller's offline test runner.
+Called by ``core.hotpath.decisions`` (the API's policy cache) and the controller's offline
+test runner.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import re2
 
-from core.engine import (
+from core.domain.engine import (
     CompiledPolicy,
     CompiledRule,
     Decision,
@@ -24,8 +25,8 @@ from core.engine import (
     TimeWindow,
     is_number,
 )
-from core.globs import compile_tools
-from core.rules import compile_regex
+from core.domain.globs import compile_tools
+from core.domain.rules import compile_regex
 
 # The C++ binding behind re2's pure-Python wrapper: a search through it costs about a fifth of
 # re2.compile(...).search(), which builds a Match object and maps byte offsets back to str.

@@ -13,17 +13,16 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core import ids
-from core.clock import isoformat
-from core.db.models import ApiKey, Workspace
-from core.errors import ApiKeyExpired, ApiKeyNotFound, Unauthorized, ValidationError
-from core.paging import Page, paginate
-from core.reads import Reads
+from core.domain import ids
+from core.domain.clock import isoformat
+from core.domain.errors import ApiKeyExpired, ApiKeyNotFound, Unauthorized, ValidationError
+from core.store.models import ApiKey, Workspace
+from core.store.paging import Page, paginate
 
 KEY_PATTERN = re.compile(r"svc_[0-9a-f]{32}")
 #: finds this service's keys inside any text (for redaction)
@@ -33,6 +32,23 @@ KEY_SEARCH = re.compile(r"svc_[0-9a-fA-F]{32}")
 class Scope(StrEnum):
     ADMIN = "admin"
     READ_ONLY = "read-only"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    """What authenticating a key needs of its row."""
+
+    id: str
+    workspace_id: str
+    scopes: str
+    expires_at: datetime | None
+    revoked: bool
+
+
+class KeyLookup(Protocol):
+    """Finds a key's row by its hash (``core.hotpath.reads.Reads``, straight to the driver)."""
+
+    def api_key(self, key_hash: str) -> KeyRow | None: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,7 @@ def issue_key(
     return row, key
 
 
-def authenticate(reads: Reads, header: str | None, now: datetime) -> Principal:
+def authenticate(reads: KeyLookup, header: str | None, now: datetime) -> Principal:
     """The caller behind an ``Authorization: Bearer svc_...`` header, or Unauthorized /
     ApiKeyExpired. Runs on every request, hence a read straight through the driver."""
     if not header:

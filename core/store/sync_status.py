@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core.clock import isoformat
-from core.db.models import SyncStatus
+from core.domain.clock import isoformat
+from core.store.models import SyncStatus
 
 
 def read_status(session: Session, workspace_id: str) -> SyncStatus | None:

@@ -12,13 +12,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core import ids, limits
-from core.agents import bump_policy_version, get_agent, policy_counter_prefix
-from core.clock import isoformat
-from core.db.models import Policy
-from core.errors import PolicyNotFound
-from core.jsonvalues import same
-from core.paging import Page, paginate
+from core.domain import ids
+from core.domain.clock import isoformat
+from core.domain.errors import PolicyNotFound
+from core.domain.jsonvalues import same
+from core.store import limits
+from core.store.agents import bump_policy_version, get_agent, policy_counter_prefix
+from core.store.models import Policy
+from core.store.paging import Page, paginate
 
 
 def create_policy(

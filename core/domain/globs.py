@@ -1,6 +1,6 @@
 """Tool-name glob patterns: a rule's ``tools`` list turned into one fast predicate.
 
-Called by :func:`core.compiler.compile_policy`, once per rule when policies are compiled; the
+Called by :func:`core.domain.compiler.compile_policy`, once per rule when policies are compiled; the
 predicate it returns then runs on every authorization check, so each pattern is analysed here
 once and matched later without allocating.
 

@@ -1,0 +1,1 @@
+"""The pure domain: no SQLAlchemy, no driver, no IO."""

@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy models, sessions, migrations and one module per stored noun."""
