@@ -21,12 +21,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from controller.cache import DocumentCache
-from controller.load import SourceFile
 from controller.plan import Action, Change, Plan, build_plan, same
-from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
+from controller.repo import Repo
 from controller.state import MANAGER, read_live
-from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError, StorageError
 from core.store import agents as agent_store
 from core.store import policies as policy_store
@@ -95,31 +92,6 @@ def apply_repo(
         _record_failure(db, workspace, source, revision, now, exc.message, ())
         return ApplyResult(revision, None, exc.message)
     return ApplyResult(revision, plan)
-
-
-def apply_files(
-    db: Database,
-    files: list[SourceFile],
-    revision: str,
-    source: str,
-    *,
-    workspace: str = DEFAULT_WORKSPACE,
-    cache: DocumentCache | None = None,
-    prune_agents: bool = False,
-    now: Clock = utc_now,
-) -> ApplyResult:
-    """Load ``files`` as a repository and apply it as one attempt (what watch, sync and
-    ``serve --repo`` do with each revision they see). Database errors propagate."""
-    repo = load_repo(files, workspace, cache)
-    return apply_repo(
-        db,
-        repo,
-        workspace=workspace,
-        revision=revision,
-        source=source,
-        now=now(),
-        prune_agents=prune_agents,
-    )
 
 
 def _lock_workspace(session: Session, workspace_id: str) -> None:

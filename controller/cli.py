@@ -9,27 +9,26 @@ import hashlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 from typing import NoReturn
 
 import click
 
-from controller.apply import ApplyResult, apply_repo
+from controller.apply import ApplyResult
 from controller.cache import DocumentCache, paused_gc
 from controller.impact import DEFAULT_REPLAY, AgentImpact, analyse
 from controller.load import SourceFile
 from controller.plan import Action, Plan, build_plan
+from controller.reconcile import apply_directory, apply_files, describe_result
 from controller.render import render_json, render_markdown, render_text
 from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
-from controller.sources import open_repository, read_files, read_revision, revision_of
+from controller.signals import wait_for_stop_signal
+from controller.sources import open_repository, read_files, read_revision
 from controller.state import as_applied, read_live
 from core.config import Settings
-from core.domain.clock import parse_instant, utc_now
 from core.domain.errors import AgentAuthError
-from core.store.database import Database
-from core.store.keys import Scope, ensure_workspace, issue_key
-from core.store.migrate import require_current, upgrade
+from core.store.migrate import open_database
 from schemas import Problem
 
 DB_HELP = "database URL (default: $AGENTAUTH_DATABASE_URL, else sqlite:///agentauth.db)"
@@ -39,140 +38,42 @@ def _settings(db: str | None) -> Settings:
     return Settings.from_env(database_url=db)
 
 
-def _open_database(settings: Settings, *, write: bool) -> Database:
-    """The database of a verb, ready for it: a verb that writes creates and migrates it; a verb
-    that only reads refuses one that is missing or not migrated, and creates nothing. Failures
-    are AgentAuthErrors that name the database (never its password) and say why."""
-    database = Database(settings)
-    try:
-        (upgrade if write else require_current)(database)
-    except AgentAuthError:
-        database.dispose()
-        raise
-    return database
-
-
 def _fail(error: AgentAuthError) -> None:
     click.echo(f"error: {error.message}", err=True)
     sys.exit(1)
 
 
-@click.group()
+class _Verbs(click.Group):
+    """The controller's verbs, and those that other packages offer through the
+    ``agentauth.commands`` entry points (the service's ``serve``, ``keys`` and ``db``, in
+    ``api.cli``): the command line is one, the packages stay apart."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_offered()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        offered = _offered().get(cmd_name)
+        if found is None and offered is not None:
+            command: click.Command = offered.load()
+            return command
+        return found
+
+
+def _offered() -> dict[str, EntryPoint]:
+    """Every copy of agentauth's metadata on the path counts (a stale ``*.egg-info`` left in a
+    checkout would otherwise hide the installed one's verbs)."""
+    return {
+        entry.name: entry
+        for found in distributions(name="agentauth")
+        for entry in found.entry_points.select(group="agentauth.commands")
+    }
+
+
+@click.group(cls=_Verbs)
 @click.version_option(package_name="agentauth")
 def main() -> None:
     """agentauth: authorization for AI agents' tool calls, run as policy-as-code."""
-
-
-@main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--db", help=DB_HELP)
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64))
-@click.option(
-    "--threads",
-    default=4,
-    show_default=True,
-    type=click.IntRange(1, 64),
-    help="threads per worker process",
-)
-@click.option(
-    "--repo",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="a policy repository to apply to the default workspace before serving",
-)
-@click.option("--watch", is_flag=True, help="with --repo: apply it again whenever a file is saved")
-def serve(
-    host: str, port: int, db: str | None, workers: int, threads: int, repo: Path | None, watch: bool
-) -> None:
-    """Bring the schema up to date, apply --repo if given, then serve the API."""
-    from api.server import serve as run_server
-    from controller.watch import WatchProcess
-
-    if watch and repo is None:
-        raise click.UsageError("--watch needs --repo")
-    try:
-        settings = _settings(db)
-        database = _open_database(settings, write=True)
-        if repo is not None:
-            _apply_before_serving(database, repo, settings)
-        database.dispose()
-    except AgentAuthError as exc:
-        _fail(exc)
-    click.echo(f"agentauth serving on http://{host}:{port}", err=False)
-    sys.stdout.flush()
-    # a child process, started before gunicorn forks: the master must not run threads
-    watcher = WatchProcess(repo, settings.database_url) if watch and repo else None
-    try:
-        run_server(settings, host, port, workers, threads)
-    finally:
-        if watcher is not None:
-            watcher.stop()
-
-
-@main.group()
-def keys() -> None:
-    """Manage API keys."""
-
-
-def _scopes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
-    scopes = [s.strip() for s in value.split(",") if s.strip()]
-    known = {s.value for s in Scope}
-    bad = [s for s in scopes if s not in known]
-    if not scopes or bad or len(set(scopes)) != len(scopes):
-        raise click.BadParameter("a comma-separated list of admin, read-only (no repeats)")
-    return scopes
-
-
-def _instant(_ctx: click.Context, _param: click.Parameter, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        moment = parse_instant(value)
-    except ValueError:
-        raise click.BadParameter("an ISO 8601 date-time, e.g. 2027-01-31T00:00:00Z") from None
-    if moment <= utc_now():
-        raise click.BadParameter("must be in the future")
-    return moment
-
-
-@keys.command("create")
-@click.option("--name", required=True, help="a label for the key")
-@click.option("--scopes", required=True, callback=_scopes, help="admin, read-only or both")
-@click.option("--workspace", default="default", show_default=True, help="created on first use")
-@click.option("--expires-at", callback=_instant, help="ISO 8601 expiry (default: never)")
-@click.option("--db", help=DB_HELP)
-def keys_create(
-    name: str, scopes: list[str], workspace: str, expires_at: datetime | None, db: str | None
-) -> None:
-    """Create a key and print it (only the key, so KEY=$(agentauth keys create ...) works)."""
-    if not 1 <= len(name) <= 255:
-        raise click.BadParameter("must be 1 to 255 characters", param_hint="--name")
-    try:
-        database = _open_database(_settings(db), write=True)
-        now = utc_now()
-        with database.transaction(write=True) as session:
-            workspace_id = ensure_workspace(session, workspace, now)
-            _, key = issue_key(session, workspace_id, name, scopes, expires_at, now)
-        database.dispose()
-    except AgentAuthError as exc:
-        _fail(exc)
-    click.echo(key)
-
-
-@main.group()
-def db() -> None:
-    """Manage the database schema."""
-
-
-@db.command("upgrade")
-@click.option("--db", "url", help=DB_HELP)
-def db_upgrade(url: str | None) -> None:
-    """Apply every pending migration."""
-    try:
-        _open_database(_settings(url), write=True).dispose()
-    except AgentAuthError as exc:
-        _fail(exc)
-    click.echo("database schema is up to date")
 
 
 # ------------------------------------------------------------------- policy repository verbs
@@ -260,7 +161,7 @@ def plan(
         settings = _settings(db)
         repo, _ = _read_repo(directory, workspace, settings)
         _refuse_invalid(repo)
-        database = _open_database(settings, write=False)
+        database = open_database(settings, write=False)
         with paused_gc(), database.transaction(snapshot=True) as session:
             live = read_live(session, repo.workspace_id)
             the_plan = build_plan(repo, live, prune_agents=prune_agents, adopt=adopt)
@@ -349,21 +250,18 @@ def apply(directory: Path, workspace: str, db: str | None, prune_agents: bool, a
     """Make the database what the repository declares, in one transaction."""
     try:
         settings = _settings(db)
-        repo, files = _read_repo(directory, workspace, settings)
-        database = _open_database(settings, write=True)
-        result = apply_repo(
-            database,
-            repo,
-            workspace=workspace,
-            revision=revision_of(directory, files),
-            source=str(directory.resolve()),
-            now=utc_now(),
-            prune_agents=prune_agents,
-            adopt=adopt,
-        )
-        database.dispose()
+        database = open_database(settings, write=True)
     except AgentAuthError as exc:
         _fail(exc)
+    result = apply_directory(
+        database,
+        directory,
+        workspace=workspace,
+        cache=_cache(settings, directory),
+        prune_agents=prune_agents,
+        adopt=adopt,
+    )
+    database.dispose()
     _report_apply(result)
 
 
@@ -421,24 +319,12 @@ def test(directory: Path, workspace: str, junit: Path | None, verbose: bool) -> 
     sys.exit(0 if report.ok else 1)
 
 
-# ------------------------------------------------------------- watch, sync and serve --repo
+# ------------------------------------------------------------------------- watch and sync
 
 
 def _log_lines(lines: Sequence[str]) -> None:
     for line in lines:
         click.echo(line, err=True)
-
-
-def _apply_before_serving(database: Database, directory: Path, settings: Settings) -> None:
-    """``serve --repo``: apply once. A repository that fails is reported and the service starts
-    anyway, serving the last applied state: a bad policy commit must not take it down."""
-    from controller.watch import apply_directory, describe_result
-
-    result = apply_directory(database, directory, cache=_cache(settings, directory))
-    for line in describe_result(result):
-        click.echo(line, err=not result.ok)
-    if not result.ok:
-        click.echo("the last applied policies stay in force", err=True)
 
 
 @main.command()
@@ -455,27 +341,37 @@ def _apply_before_serving(database: Database, directory: Path, settings: Setting
 @click.option(
     "--prune-agents", is_flag=True, help="also delete managed agents gone from the repository"
 )
+@click.option(
+    "--once", is_flag=True, help="apply once, report it in one line and exit (1 if it failed)"
+)
 def watch(
-    directory: Path, workspace: str, db: str | None, debounce: float, prune_agents: bool
+    directory: Path, workspace: str, db: str | None, debounce: float, prune_agents: bool, once: bool
 ) -> None:
     """Apply DIRECTORY now and again after every saved change, until stopped (Ctrl-C)."""
-    from controller.watch import Watcher, apply_directory, describe_result, wait_for_stop_signal
+    from controller.watch import Watcher
 
     try:
         settings = _settings(db)
-        database = _open_database(settings, write=True)
-        cache = _cache(settings, directory)
-        watcher = Watcher(
-            directory,
-            lambda: apply_directory(
-                database, directory, workspace=workspace, cache=cache, prune_agents=prune_agents
-            ),
-            debounce,
-            on_result=lambda result: _log_lines(describe_result(result)),
-        )
-        watcher.start()
+        database = open_database(settings, write=True)
     except AgentAuthError as exc:
         _fail(exc)
+    cache = _cache(settings, directory)
+
+    def attempt() -> ApplyResult:
+        return apply_directory(
+            database, directory, workspace=workspace, cache=cache, prune_agents=prune_agents
+        )
+
+    if once:
+        result = attempt()
+        database.dispose()
+        for line in describe_result(result):
+            click.echo(line, err=not result.ok)
+        sys.exit(0 if result.ok else 1)
+    watcher = Watcher(
+        directory, attempt, debounce, on_result=lambda result: _log_lines(describe_result(result))
+    )
+    watcher.start()
     click.echo(f"watching {directory} as pid {os.getpid()} (Ctrl-C to stop)", err=True)
     try:
         wait_for_stop_signal()
@@ -519,7 +415,6 @@ def sync(
     """Follow a branch of a git repository: apply each new commit, until stopped (Ctrl-C)."""
     from functools import partial
 
-    from controller.apply import apply_files
     from controller.sync import (
         GitSync,
         default_workdir,
@@ -529,7 +424,7 @@ def sync(
 
     try:
         settings = _settings(db)
-        database = _open_database(settings, write=True)
+        database = open_database(settings, write=True)
         folder = workdir or default_workdir(settings.cache_dir, url)
         cache = _cache(settings, folder) if folder is not None else DocumentCache(None)
         follower = GitSync(

@@ -30,8 +30,9 @@ import git
 
 from controller.apply import ApplyResult
 from controller.load import SourceFile
+from controller.reconcile import describe_result, short_revision, timestamp
+from controller.signals import wait_for_stop_signal
 from controller.sources import SourceError, read_revision
-from controller.watch import describe_result, short_revision, timestamp, wait_for_stop_signal
 from core.domain.errors import AgentAuthError
 
 logger = logging.getLogger(__name__)

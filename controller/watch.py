@@ -7,12 +7,7 @@ the deadline passes with no newer event, then applies once: a burst of saves (an
 write-then-rename, ``git checkout``) costs one apply. Applies never overlap; events during an
 apply schedule the next one.
 
-Also the pieces the ``watch``, ``sync`` and ``serve --repo`` verbs share: applying a directory
-as one attempt that never raises, the one-line report of a result, waiting for SIGINT/SIGTERM,
-and running the watcher as a child process of ``serve`` (the gunicorn master forks its workers,
-so it must not run threads of its own).
-
-Called by ``controller.cli`` (``watch``, ``serve``) and ``controller.sync``.
+Called by ``controller.cli`` (``watch``); each apply is ``controller.reconcile``'s.
 """
 
 from __future__ import annotations
@@ -20,13 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from watchdog.events import (
@@ -43,15 +36,10 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from controller.apply import ApplyResult, apply_files
-from controller.cache import DocumentCache
+from controller.apply import ApplyResult
 from controller.load import is_document_path
-from controller.plan import Action
 from controller.repo import DEFAULT_WORKSPACE
-from controller.sources import SourceError, read_files, revision_of
-from core.domain.clock import Clock, utc_now
-from core.domain.errors import AgentAuthError
-from core.store.database import Database
+from controller.sources import SourceError
 
 logger = logging.getLogger(__name__)
 
@@ -184,90 +172,6 @@ class Watcher:
                 self._on_result(result)
         except Exception:  # the watcher outlives one bad apply; the traceback is logged
             logger.exception("applying %s failed", self.directory)
-
-
-# ------------------------------------------------------------------- shared by the verbs
-
-
-def apply_directory(
-    db: Database,
-    directory: Path,
-    *,
-    workspace: str = DEFAULT_WORKSPACE,
-    cache: DocumentCache | None = None,
-    prune_agents: bool = False,
-    now: Clock = utc_now,
-) -> ApplyResult:
-    """Read, validate and apply ``directory`` as one attempt. Never raises our errors: a folder
-    that cannot be read or a database that cannot be written is a failed result (with revision
-    ``unknown`` when the files could not be read)."""
-    revision = "unknown"
-    try:
-        files = read_files(directory)
-        revision = revision_of(directory, files)
-        source = str(directory.resolve())
-        return apply_files(
-            db,
-            files,
-            revision,
-            source,
-            workspace=workspace,
-            cache=cache,
-            prune_agents=prune_agents,
-            now=now,
-        )
-    except AgentAuthError as exc:
-        return ApplyResult(revision, None, exc.message)
-
-
-def describe_result(result: ApplyResult, at: datetime | None = None) -> list[str]:
-    """One line per result (time, revision, outcome), then one indented line per problem."""
-    head = f"{timestamp(at)} {short_revision(result.revision)}"
-    if not result.ok:
-        return [f"{head} failed: {result.error}"] + [f"  {p}" for p in result.problems]
-    assert result.plan is not None
-    if not result.plan.has_changes:
-        return [f"{head} unchanged"]
-    counts = result.plan.summary()
-    parts = [
-        f"{counts[Action.CREATE]} created",
-        f"{counts[Action.UPDATE]} updated",
-        f"{counts[Action.DELETE]} deleted",
-    ]
-    if counts[Action.ORPHAN]:
-        parts.append(f"{counts[Action.ORPHAN]} orphaned agent(s) kept")
-    if counts["drift"]:
-        parts.append(f"{counts['drift']} drifted object(s) repaired")
-    return [f"{head} applied: " + ", ".join(parts)]
-
-
-def timestamp(at: datetime | None = None) -> str:
-    """A log line's time: UTC, to the second."""
-    return f"{(at or utc_now()).astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
-
-
-def short_revision(revision: str) -> str:
-    """A commit as its first 12 hex digits, a content hash as ``sha256:`` and 12."""
-    commit, plus, rest = revision.partition("+")
-    if commit.startswith("sha256:"):
-        commit = commit[:19]
-    elif len(commit) == 40 and all(c in "0123456789abcdef" for c in commit):
-        commit = commit[:12]
-    return commit + plus + rest
-
-
-def wait_for_stop_signal(finished: threading.Event | None = None) -> None:
-    """Block the main thread until SIGINT or SIGTERM arrives (or ``finished`` is set).
-
-    SIGTERM is handled like SIGINT for the wait: the handler raises KeyboardInterrupt in the
-    main thread, which takes no lock, so it cannot deadlock with the event's."""
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        (finished or threading.Event()).wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class WatchProcess:

@@ -18,6 +18,7 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.config import Settings
 from core.domain.errors import StorageError
 from core.store.database import Database
 
@@ -112,3 +113,16 @@ def head_revision() -> str | None:
 def known_revisions() -> frozenset[str]:
     """Every migration this code has."""
     return frozenset(s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions())
+
+
+def open_database(settings: Settings, *, write: bool) -> Database:
+    """The database of a command, ready for it: one that writes gets it created and migrated;
+    one that only reads gets StorageError for a database that is missing or not migrated, and
+    nothing is created. Failures name the database (never its password) and say why."""
+    database = Database(settings)
+    try:
+        (upgrade if write else require_current)(database)
+    except StorageError:
+        database.dispose()
+        raise
+    return database

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -107,6 +109,26 @@ def test_serve_prints_its_base_url_and_serves_with_gunicorn(database_url):
         response = httpx.get(base + "/healthz")
         assert response.status_code == 200
         assert response.headers["Server"].startswith("gunicorn")
+
+
+def test_the_service_verbs_join_even_beside_a_stale_egg_info(tmp_path):
+    """serve, keys and db come from api.cli through entry points; an old ``*.egg-info`` in the
+    working directory (left by an earlier install) must not hide them."""
+    stale = tmp_path / "agentauth.egg-info"
+    stale.mkdir()
+    (stale / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: agentauth\nVersion: 0.0.1\n")
+    (stale / "entry_points.txt").write_text("[console_scripts]\nagentauth = controller.cli:main\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "controller", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert result.returncode == 0, result.stderr
+    listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ")}
+    assert {"serve", "keys", "db", "apply", "plan"} <= listed
 
 
 def test_console_script_is_installed():

@@ -56,6 +56,7 @@ UNREACHABLE = "postgresql://nobody@127.0.0.1:1/x"  # nothing listens on port 1
 PLAN = ["plan", "{repo}", "--db", "{db}", "--replay", "0", "--workspace"]
 DIFF = ["diff", "--repo", "{git}", "--path", "policies"]
 APPLY = ["apply", "--db", "{db}", "--workspace"]
+WATCH = ["watch", "--once", "--db", "{db}", "--workspace"]
 KEYS = ["keys", "create", "--name", "ci"]
 
 #: verb, situation, arguments ({...}: see World.values), exit code
@@ -98,6 +99,10 @@ TABLE = [
     ("apply --adopt", "adoptable conflict", [*APPLY, "{same_id}", "{repo}", "--adopt"], 0),
     ("apply", "unreachable database", ["apply", "{repo}", "--db", UNREACHABLE], 1),
     ("apply", "bad usage", ["apply", "--db", "{db}"], 2),
+    ("watch --once", "applied", [*WATCH, "{fresh}", "{repo}"], 0),
+    ("watch --once", "nothing to change", [*WATCH, "{applied}", "{repo}"], 0),
+    ("watch --once", "problems", [*WATCH, "{fresh}", "{broken}"], 1),
+    ("watch --once", "missing folder", [*WATCH, "{fresh}", "{missing}"], 2),
     ("keys create", "created", [*KEYS, "--scopes", "admin", "--db", "{db}"], 0),
     ("keys create", "unusable database", [*KEYS, "--scopes", "admin", "--db", UNUSABLE], 1),
     ("keys create", "bad usage", [*KEYS, "--scopes", "root", "--db", "{db}"], 2),

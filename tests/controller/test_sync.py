@@ -17,7 +17,8 @@ import git
 import pytest
 
 from api import create_app
-from controller.apply import ApplyResult, apply_files
+from controller.apply import ApplyResult
+from controller.reconcile import apply_files
 from controller.sources import SourceError
 from controller.sync import (
     GitSync,

@@ -24,10 +24,11 @@ from click.testing import CliRunner
 from controller.apply import ApplyResult
 from controller.cli import main
 from controller.plan import LiveState
+from controller.reconcile import apply_directory, describe_result
 from controller.repo import load_repo
 from controller.sources import read_files, revision_of
 from controller.state import read_live
-from controller.watch import Watcher, apply_directory, describe_result, is_watched_path
+from controller.watch import Watcher, is_watched_path
 from core.config import Settings
 from core.domain import ids
 from core.store.database import Database

@@ -23,8 +23,8 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Route, expect, sync_playwright
 
 from api import create_app
-from controller.apply import apply_files
 from controller.load import SourceFile
+from controller.reconcile import apply_files
 from core.config import Settings
 from tests.api.test_export import append_entries
 from tests.conftest import FakeClock, Tenant, bearer
