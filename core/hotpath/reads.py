@@ -1,12 +1,10 @@
 """The two reads every authorize call makes (the caller's API key, the agent row), sent straight
-to the driver on one pooled connection per request.
-
-Through SQLAlchemy's Core these cost about five times the SQL itself (execution context,
-result object, row processing); here they are a prepared statement text, a cursor and a tuple.
-Nothing is cached between requests: every call reads the rows as committed at that moment, so
-a key revoked or an agent suspended by any process is in force for the very next call. Driver
-errors are translated into :class:`core.domain.errors.StorageError` here, and a connection found
-broken is dropped rather than returned to the pool.
+to the driver on one pooled connection per request: SQLAlchemy selects compiled once per
+dialect (``core.hotpath.sql``), then a cursor and a tuple, because SQLAlchemy's execution
+machinery costs several times the SQL on this path (bench/RESULTS.md). Nothing is cached
+between requests: a key revoked or an agent suspended by any process is in force for the very
+next call. Driver errors become :class:`core.domain.errors.StorageError` here, and a connection
+found broken is dropped rather than returned to the pool.
 
 Used by the API's auth hook (``core.store.keys.authenticate``) and by ``core.hotpath.decisions``.
 """
@@ -18,18 +16,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.domain.errors import StorageError
+from core.hotpath.sql import Compiled, compile_for
 from core.store.keys import KeyRow
-from core.store.models import ApiKey
+from core.store.models import Agent, ApiKey
 
-_KEY_SQL = (
-    "SELECT id, workspace_id, scopes, expires_at, revoked_at FROM api_keys WHERE key_hash = ?"
-)
-_AGENT_SQL = (
-    "SELECT id, status, policy_version, created_at FROM agents WHERE id = ? AND workspace_id = ?"
+_KEY = select(
+    ApiKey.id, ApiKey.workspace_id, ApiKey.scopes, ApiKey.expires_at, ApiKey.revoked_at
+).where(ApiKey.key_hash == bindparam("key_hash"))
+_AGENT = select(Agent.id, Agent.status, Agent.policy_version, Agent.created_at).where(
+    Agent.id == bindparam("agent_id"), Agent.workspace_id == bindparam("workspace_id")
 )
 
 
@@ -49,9 +48,8 @@ class _Statements:
 
     def __init__(self, engine: Engine) -> None:
         dialect = engine.dialect
-        qmark = dialect.paramstyle == "qmark"
-        self.key = _KEY_SQL if qmark else _KEY_SQL.replace("?", "%s")
-        self.agent = _AGENT_SQL if qmark else _AGENT_SQL.replace("?", "%s")
+        self.key = compile_for(_KEY, dialect)
+        self.agent = compile_for(_AGENT, dialect)
         column_type = ApiKey.__table__.c.expires_at.type
         process = column_type.dialect_impl(dialect).result_processor(dialect, None)
         self.timestamp: Callable[[Any], datetime | None] = process or (lambda value: value)
@@ -79,14 +77,14 @@ class Reads:
         self._connection: Any = None
 
     def api_key(self, key_hash: str) -> KeyRow | None:
-        row = self._fetch(self._sql.key, (key_hash,))
+        row = self._fetch(self._sql.key, {"key_hash": key_hash})
         if row is None:
             return None
         expires = None if row[3] is None else self._sql.timestamp(row[3])
         return KeyRow(row[0], row[1], row[2], expires, row[4] is not None)
 
     def agent(self, agent_id: str, workspace_id: str) -> AgentRow | None:
-        row = self._fetch(self._sql.agent, (agent_id, workspace_id))
+        row = self._fetch(self._sql.agent, {"agent_id": agent_id, "workspace_id": workspace_id})
         return None if row is None else AgentRow(row[0], row[1], row[2], row[3])
 
     def close(self) -> None:
@@ -98,13 +96,13 @@ class Reads:
             except Exception:
                 connection.invalidate()
 
-    def _fetch(self, sql: str, params: tuple[Any, ...]) -> Any:
+    def _fetch(self, statement: Compiled, values: dict[str, Any]) -> Any:
         try:
             if self._connection is None:
                 self._connection = self._engine.raw_connection()
             cursor = self._connection.cursor()
             try:
-                cursor.execute(sql, params)
+                cursor.execute(statement.sql, statement.bind(values))
                 return cursor.fetchone()
             finally:
                 cursor.close()

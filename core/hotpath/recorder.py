@@ -12,8 +12,9 @@ changed something, or the rows fail to insert, the batch runs again with a savep
 one failing job does not take the others down. Under load this turns N fsyncs into one; alone,
 a job waits for nothing.
 
-The leader talks to the driver directly, with statements written out for SQLite and
-PostgreSQL: on this path SQLAlchemy's per-statement machinery costs more than the SQL. It keeps
+The leader talks to the driver directly, with SQLAlchemy statements compiled once per dialect
+(``core.hotpath.sql``): on this path SQLAlchemy's per-statement machinery costs more than the
+SQL. It keeps
 its connection from batch to batch, out of the pool and so never pinged: when that connection
 turns out broken (the database restarted, a proxy or firewall dropped it while the process was
 idle) before the batch's COMMIT was sent, nothing of the batch can have been committed, and it
@@ -24,18 +25,18 @@ Called by ``core.hotpath.decisions``; nothing else writes through it.
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam, insert
 
 from core.domain.errors import StorageError
+from core.hotpath.sql import compile_for
 from core.store.database import Database
-from core.store.limits import UPSERT_SQL
+from core.store.limits import upsert_statement
 from core.store.models import AuditEntry
 
 log = logging.getLogger("agentauth.recorder")
@@ -50,20 +51,18 @@ _AUDIT_COLUMNS = (
     "id", "workspace_id", "agent_id", "agent_ref", "key_id", "action", "tool_name",
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
 )  # fmt: skip
-# built from the fixed column list above, never from input
-_INSERT = "INSERT INTO audit_log ({}) VALUES ({})".format(  # noqa: S608
-    ", ".join(_AUDIT_COLUMNS), ", ".join("?" for _ in _AUDIT_COLUMNS)
-)
+_INSERT = insert(AuditEntry).values({c: bindparam(c) for c in _AUDIT_COLUMNS})
 
 
 class Statements:
     """The recorder's SQL in the driver's parameter style, and how audit values are bound."""
 
     def __init__(self, dialect: Any) -> None:
-        sqlite = dialect.name == "sqlite"
-        # sqlite3 takes :name parameters as written; psycopg wants %(name)s
-        self.upsert = UPSERT_SQL if sqlite else re.sub(r":(\w+)", r"%(\1)s", UPSERT_SQL)
-        self.insert = _INSERT if sqlite else _INSERT.replace("?", "%s")
+        self.upsert = compile_for(upsert_statement(dialect.name), dialect)
+        insert_audit = compile_for(_INSERT, dialect)
+        # audit rows are made as tuples in _AUDIT_COLUMNS' order (see audit_values)
+        assert insert_audit.names == _AUDIT_COLUMNS, insert_audit.names
+        self.insert = insert_audit.sql
         columns = AuditEntry.__table__.c
         processors = {
             name: columns[name].type.dialect_impl(dialect).bind_processor(dialect)
@@ -98,7 +97,7 @@ class Batch:
         """One slot of a fixed-window counter (see core.store.limits); None when it is full (and
         then nothing was changed)."""
         params = {"name": name, "window_start": window_start, "maximum": maximum}
-        self._cursor.execute(self._sql.upsert, params)
+        self._cursor.execute(self._sql.upsert.sql, self._sql.upsert.bind(params))
         row = self._cursor.fetchone()
         if row is None:
             return None

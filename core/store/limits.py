@@ -10,25 +10,42 @@ statement is built once per dialect and only its parameters change.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Protocol
 
-from sqlalchemy import Connection, delete, text
+from sqlalchemy import Connection, Insert, bindparam, case, delete, literal_column, or_
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnClause
 
 from core.store.models import Counter
 
-#: the one counting statement; SQLite and PostgreSQL both take it as written (the decision
-#: recorder runs it through the driver directly, everything else through SQLAlchemy)
-UPSERT_SQL = (
-    "INSERT INTO rate_counters (name, window_start, count) VALUES (:name, :window_start, 1) "
-    "ON CONFLICT (name) DO UPDATE SET "
-    "count = CASE WHEN rate_counters.window_start = excluded.window_start "
-    "THEN rate_counters.count + 1 ELSE 1 END, window_start = excluded.window_start "
-    "WHERE rate_counters.window_start <> excluded.window_start "
-    "OR rate_counters.count < :maximum "
-    "RETURNING count"
-)
-_UPSERT = text(UPSERT_SQL)
+#: a count of one, written into the SQL rather than bound
+ONE: ColumnClause[int] = literal_column("1")
+
+
+@cache
+def upsert_statement(dialect_name: str) -> Insert:
+    """The one counting statement, for ``sqlite`` or ``postgresql``: take a slot, or return no
+    row when the window is full. Bound by name: ``name``, ``window_start``, ``maximum``. The
+    decision recorder compiles it for the driver (``core.hotpath``), everything else runs it
+    through SQLAlchemy."""
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
+    table = Counter.__table__
+    window = bindparam("window_start", type_=table.c.window_start.type)
+    statement = dialect.insert(table).values(
+        name=bindparam("name", type_=table.c.name.type), window_start=window, count=ONE
+    )
+    same_window = table.c.window_start == statement.excluded.window_start
+    upsert: Insert = statement.on_conflict_do_update(
+        index_elements=[table.c.name],
+        set_={
+            "count": case((same_window, table.c.count + ONE), else_=ONE),
+            "window_start": statement.excluded.window_start,
+        },
+        where=or_(~same_window, table.c.count < bindparam("maximum", type_=table.c.count.type)),
+    ).returning(table.c.count)
+    return upsert
 
 
 def consume(db: Session | Connection, name: str, window_start: int, maximum: int) -> int | None:
@@ -37,7 +54,9 @@ def consume(db: Session | Connection, name: str, window_start: int, maximum: int
     Returns the count after taking it, or None when the window already holds ``maximum``.
     """
     params = {"name": name, "window_start": window_start, "maximum": maximum}
-    count = db.execute(_UPSERT, params).scalar()
+    bind = db.get_bind() if isinstance(db, Session) else db
+    statement = upsert_statement(bind.dialect.name)
+    count = db.execute(statement, params).scalar()
     return None if count is None else int(count)
 
 
