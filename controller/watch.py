@@ -15,8 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,7 +36,6 @@ from watchdog.observers import Observer
 
 from controller.apply import ApplyResult
 from controller.load import is_document_path
-from controller.repo import DEFAULT_WORKSPACE
 from controller.sources import SourceError
 
 logger = logging.getLogger(__name__)
@@ -172,36 +169,3 @@ class Watcher:
                 self._on_result(result)
         except Exception:  # the watcher outlives one bad apply; the traceback is logged
             logger.exception("applying %s failed", self.directory)
-
-
-class WatchProcess:
-    """``agentauth watch DIRECTORY`` as a child process of ``serve``, stopped with the server.
-
-    The database URL goes to the child in its environment, not its command line, where every
-    user of the machine could read a password in it."""
-
-    def __init__(self, directory: Path, database_url: str, workspace: str = DEFAULT_WORKSPACE):
-        self._owner = os.getpid()
-        command = [
-            sys.executable, "-m", "controller", "watch", str(directory), "--workspace", workspace,
-        ]  # fmt: skip
-        environment = {**os.environ, "AGENTAUTH_DATABASE_URL": database_url}
-        # our own interpreter and module with a list of arguments: no shell, nothing to inject
-        self.process = subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL)  # noqa: S603
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self, timeout: float = 20) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds. Does nothing in another process: a
-        gunicorn worker leaves by raising SystemExit through the frames it was forked from."""
-        if os.getpid() != self._owner:
-            return
-        # Popen checks that the child is still its own (unreaped) before it signals the PID
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
