@@ -14,7 +14,8 @@ See :mod:`agentauth.guard` for what happens when the service is unreachable, and
 on httpx only (and on the ``mcp`` SDK for :mod:`agentauth.mcp`), never on the service's code.
 """
 
-from agentauth.client import AsyncAuthzClient, AuthzClient, Decision
+from agentauth.answers import Decision
+from agentauth.client import AsyncAuthzClient, AuthzClient
 from agentauth.errors import (
     AuthzError,
     BadRequestError,

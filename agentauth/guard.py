@@ -23,7 +23,8 @@ from typing import Any, Literal, TypeVar, overload
 
 import anyio.to_thread
 
-from agentauth.client import AsyncAuthzClient, AuthzClient, Decision
+from agentauth.answers import Decision
+from agentauth.client import AsyncAuthzClient, AuthzClient
 from agentauth.errors import AuthzError, BadRequestError, RateLimitError, ServiceUnavailableError
 
 OnError = Literal["deny", "allow"]

@@ -1,13 +1,11 @@
 """``POST /v1/authorize``: may this agent call this tool with these parameters? 200 for allowed
 and denied alike; the audit entry is committed before the answer leaves.
 
-Served twice over, with one behaviour. :class:`FastPath` sits in front of Flask and answers a
-well-formed call (JSON body with a length, no query string, a valid key, a valid body) without
-Flask's per-request machinery (request and app contexts, routing, hooks, a response object),
-which costs more CPU than the decision itself; it uses the same pieces as the hooks do (request
-id and access line from ``api.observe``, the key slot from ``api.auth``, error rendering from
-``api.errors``). Anything else, and any call refused before the decision (401, 400, 413, ...),
-goes on to Flask and the :func:`authorize` view, untouched.
+Served twice over, with one behaviour: :class:`FastPath`, in front of Flask, answers a
+well-formed call with the same pieces the hooks use (``api.observe``, ``api.auth``,
+``api.errors``) but without Flask's per-request machinery, which cost more CPU than the decision
+(bench/RESULTS.md, "Why the code is shaped this way"). Anything else, and any call refused before
+the decision (401, 400, 413, ...), goes on to Flask and the :func:`authorize` view.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from werkzeug.http import HTTP_STATUS_CODES
 from api import metrics
 from api.auth import KeySlot, counts_in_its_transaction, key_slot, settle_slot, slot_for
 from api.context import Services, now, principal, reader, services
-from api.errors import describe
+from api.errors import render_error
 from api.observe import HEADER, RECEIVED, log_access, request_id
 from api.params import parse_body, read_body
 from core.domain.errors import StorageError
@@ -112,7 +110,7 @@ class FastPath:
                 caller = keys.authenticate(reads, environ.get("HTTP_AUTHORIZATION"), moment)
                 body = parse_body(raw, REQUEST_SCHEMA)
             except StorageError as exc:  # answered here: Flask would wait for the database again
-                status, answer, extra = describe(exc)
+                status, answer, extra = render_error(exc)
             except Exception:  # refused before the decision: Flask answers, as for any request
                 return self._hand_on(environ, received, raw)
             else:
@@ -121,7 +119,7 @@ class FastPath:
                     outcome = decide_and_count(svc, caller, body, moment, received, reads, slot)
                     status, answer, extra = 200, outcome.as_response(), dict[str, str]()
                 except Exception as exc:
-                    status, answer, extra = describe(exc)
+                    status, answer, extra = render_error(exc)
         finally:
             reads.close()
         if slot is not None:

@@ -53,7 +53,7 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
 
 
-def describe(error: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
+def render_error(error: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Status, body and extra headers for an error raised while serving a request, with what
     an operator sees of it (log line, metrics): the one rendering of errors, for Flask's
     handlers here and for the authorize fast path (``api.authorize.FastPath``)."""
@@ -72,15 +72,15 @@ def describe(error: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
     return status_of(error), error_body(error.code, error.message, **extra), headers
 
 
-def render(error: Exception) -> Response:
-    status, body, headers = describe(error)
+def handle_error(error: Exception) -> Response:
+    status, body, headers = render_error(error)
     response = jsonify(body)
     response.status_code = status
     response.headers.update(headers)
     return response
 
 
-def render_http(error: HTTPException) -> Response:
+def handle_http_error(error: HTTPException) -> Response:
     status = error.code or 500
     code = HTTP_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST")
     messages = {
@@ -105,5 +105,5 @@ def _size(app: Flask) -> str:
 
 
 def register(app: Flask) -> None:
-    app.register_error_handler(HTTPException, render_http)
-    app.register_error_handler(Exception, render)  # ours (AgentAuthError) and any other
+    app.register_error_handler(HTTPException, handle_http_error)
+    app.register_error_handler(Exception, handle_error)  # ours (AgentAuthError) and any other

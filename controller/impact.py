@@ -20,7 +20,14 @@ from sqlalchemy.orm import Session
 from controller.plan import Plan
 from controller.repo import DesiredPolicy, Repo
 from core.domain.compiler import compile_policy
-from core.domain.engine import CompiledPolicy, Decision, RateLimitRef, evaluate, order_policies
+from core.domain.engine import (
+    CompiledPolicy,
+    Decision,
+    evaluate,
+    order_policies,
+    settle,
+)
+from core.domain.limits import RateLimitRef
 from core.hotpath.decisions import load_policies
 from core.store.models import AuditEntry
 
@@ -66,8 +73,8 @@ def replay(
     examples: list[Flip] = []
     for call in calls:
         replayed += 1
-        old = evaluate(before, call.tool, call.parameters, call.at, _never_exhausted)
-        new = evaluate(after, call.tool, call.parameters, call.at, _never_exhausted)
+        old = settle(evaluate(before, call.tool, call.parameters, call.at), _never_exhausted)
+        new = settle(evaluate(after, call.tool, call.parameters, call.at), _never_exhausted)
         if old.allowed == new.allowed:
             continue
         if old.allowed:

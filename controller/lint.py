@@ -91,7 +91,7 @@ def shadowed_rules(policies: Sequence[LintPolicy]) -> list[Shadow]:
     return sorted(out, key=lambda shadow: (shadow.policy, shadow.rule_index))
 
 
-def describe(shadow: Shadow) -> str:
+def shadow_message(shadow: Shadow) -> str:
     """A one-line message for a warning about ``shadow`` (the caller names the rule)."""
     named = [f"'{name}' (priority {priority})" for name, priority in shadow.by]
     if len(named) == 1:

@@ -1,5 +1,8 @@
 """Plan: desired state (a repository) against live state -> a closed set of changes.
 
+Over 300 lines as one unit: the plan's types and the one algorithm that builds them (matching,
+conflicts, retiring, field diffs) change together, for the same reason.
+
 Pure: :func:`build_plan` takes plain values and returns a :class:`Plan`; reading the database
 (``controller.state``) and writing it (``controller.apply``) happen elsewhere. Like Terraform,
 each change is an action on one object with field-level before/after: a change to a rule list

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.cache import DocumentCache, paused_gc
-from controller.lint import LintPolicy, describe, shadowed_rules
+from controller.lint import LintPolicy, shadow_message, shadowed_rules
 from controller.load import Document, LoadedFile, SourceFile
 from controller.references import check_tests
 from core.domain import ids
@@ -214,5 +214,7 @@ def _shadows(by_agent: dict[str, list[DesiredPolicy]]) -> list[Problem]:
         lint = [LintPolicy(p.name, p.priority, p.enabled, p.rules) for p in own.values()]
         for shadow in shadowed_rules(lint):
             doc = own[shadow.policy].document
-            out.append(doc.problem(f"spec.rules[{shadow.rule_index}]", describe(shadow), "warning"))
+            out.append(
+                doc.problem(f"spec.rules[{shadow.rule_index}]", shadow_message(shadow), "warning")
+            )
     return out

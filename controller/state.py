@@ -1,7 +1,7 @@
-"""Live state for a plan: the workspace's agents and policies as the database holds them, with
-what the controller last wrote to each managed one, and the last apply's inventory. Also the
-sync status record. Called by ``controller.apply`` and the plan verb; the API's
-``/v1/sync-status`` reads the status through :func:`read_status`."""
+"""The live side of a plan: :func:`read_live` reads the workspace's agents and policies as the
+database holds them, with what the controller last wrote to each managed one and the last
+apply's inventory (for ``controller.apply`` and the plan verb); :func:`as_applied` stands a
+repository in for the database (the base revision of the diff verb)."""
 
 from __future__ import annotations
 

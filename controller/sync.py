@@ -181,11 +181,11 @@ class GitSync:
                 )
             return self._repo.commit(tracking).hexsha
         except git.GitCommandError as exc:
-            raise SourceError(self._describe(exc)) from None
+            raise SourceError(self._fetch_error_message(exc)) from None
         except (git.GitError, ValueError) as exc:
             raise SourceError(f"cannot read {self.branch} of {self.source}: {exc}") from None
 
-    def _describe(self, exc: git.GitCommandError) -> str:
+    def _fetch_error_message(self, exc: git.GitCommandError) -> str:
         """git's first ``fatal:`` line, without the credentials a URL may hold."""
         # GitPython wraps git's output as "\n  stderr: '...'"
         stderr = _GIT_STDERR.sub("", str(exc.stderr or "")).rstrip().removesuffix("'")

@@ -26,7 +26,14 @@ from controller.impact import compile_desired
 from controller.load import Document
 from controller.repo import Repo
 from core.domain.clock import isoformat, parse_instant
-from core.domain.engine import CompiledPolicy, Decision, MemoryCounters, deny_agent_status, evaluate
+from core.domain.engine import (
+    CompiledPolicy,
+    Decision,
+    deny_agent_status,
+    evaluate,
+    settle,
+)
+from core.domain.limits import MemoryCounters
 
 #: agent statuses that deny every call before policies are read
 BLOCKING_STATUSES = ("suspended", "revoked")
@@ -129,7 +136,8 @@ def _run_document(
         if blocked is not None:
             decision = deny_agent_status(blocked)
         else:
-            decision = evaluate(policies, case["tool"], case.get("parameters") or {}, now, counters)
+            parameters = case.get("parameters") or {}
+            decision = settle(evaluate(policies, case["tool"], parameters, now), counters)
         duration = time.perf_counter() - started
         line = document.locate(f"spec.cases[{index}]")[0]
         cases.append(_judge(index, case, decision, names, line, duration))

@@ -16,6 +16,7 @@ Three layers, each importing only the ones below it (import-linter holds this in
     ``Settings``: the only place that reads the environment.
 ``core.domain``
     Pure: ``engine`` (compiled policies + request + now -> Decision), ``compiler``, ``globs``,
-    ``rules``, ``redaction``, ``validation``, ``jsonvalues``, ``errors`` (the tree in its
-    docstring), ``clock`` and ``ids``. No SQLAlchemy, no driver, no IO beyond the clock.
+    ``limits`` (rate-limit windows), ``rules``, ``redaction``, ``validation``, ``jsonvalues``,
+    ``errors`` (the tree in its docstring), ``clock`` and ``ids``. No SQLAlchemy, no driver, no
+    IO beyond the clock.
 """

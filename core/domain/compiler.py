@@ -1,8 +1,8 @@
 """Compiling stored policies for the engine: globs, RE2 programs, time zones and deny messages
 are prepared once here, so :func:`core.domain.engine.evaluate` does no such work per call.
 
-Called by ``core.hotpath.decisions`` (the API's policy cache) and the controller's offline
-test runner.
+Called by ``core.hotpath.decisions`` (the API's policy cache) and by the controller's offline
+test runner and impact replay (``controller.impact``).
 """
 
 from __future__ import annotations
@@ -20,17 +20,13 @@ from core.domain.engine import (
     Decision,
     ParameterConstraint,
     PolicyCompileError,
-    RateLimitRef,
     RuleType,
     TimeWindow,
     is_number,
 )
 from core.domain.globs import compile_tools
+from core.domain.limits import RateLimitRef
 from core.domain.rules import compile_regex
-
-# The C++ binding behind re2's pure-Python wrapper: a search through it costs about a fifth of
-# re2.compile(...).search(), which builds a Match object and maps byte offsets back to str.
-_RE2_BINDING: Any = getattr(re2, "_re2", None)
 
 
 def compile_policy(
@@ -132,28 +128,29 @@ def _compile_search(pattern: str, at: str) -> Callable[[str], bool]:
     """An unanchored RE2 search for ``pattern``. A string RE2 cannot take as UTF-8 (a lone
     surrogate from a JSON escape) does not match: fail closed, never a crash."""
     try:
-        compiled = compile_regex(pattern)
+        compile_regex(pattern)  # the same check, and the same error, as the API's
     except ValueError as exc:
         raise PolicyCompileError(at, f"is not a valid RE2 pattern: {exc}") from None
-    if _RE2_BINDING is None:
-        return lambda text: _search_wrapped(compiled, text)
-    options = re2.Options()
-    options.never_capture = True  # only "found or not" is needed: a faster program
-    program = _RE2_BINDING.RE2(pattern.encode(), options)
-    unanchored = _RE2_BINDING.RE2.Anchor.UNANCHORED
+    # The program searches UTF-8 bytes (RE2's own encoding, so the same matches as for the str),
+    # without capturing: only "found or not" is needed, and a str search would map every byte
+    # offset of the match back to a character offset (bench/RESULTS.md has the figures).
+    program = re2.compile(pattern.encode(), _SEARCH_OPTIONS)
 
     def search(text: str) -> bool:
         try:
             data = text.encode()
         except UnicodeEncodeError:
             return False
-        return bool(program.Match(unanchored, data, 0, len(data))[0][0] >= 0)
+        return program.search(data) is not None
 
     return search
 
 
-def _search_wrapped(compiled: Any, text: str) -> bool:
-    try:
-        return compiled.search(text) is not None
-    except UnicodeEncodeError:
-        return False
+def _search_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False
+    options.never_capture = True
+    return options
+
+
+_SEARCH_OPTIONS = _search_options()

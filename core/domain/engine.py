@@ -1,28 +1,24 @@
 """Pure policy evaluation: compiled policies + tool call + instant -> Decision.
 
-Called by the API's authorize endpoint and by the controller's offline ``agentauth test``
-runner. :func:`core.domain.compiler.compile_policy` runs when policies are loaded and does all the
-expensive work once (globs, RE2 programs, time zones); :func:`evaluate` runs on every check.
-Nothing here does IO or reads a clock: the caller passes ``now`` and a ``consume`` callable
-that owns the rate-limit counters (the database in the API, :class:`MemoryCounters` offline).
-
-Semantics follow decisions §1 (evaluation order), §2 (rule types) and §3 (decision fields).
+:func:`evaluate` runs on every check, over policies :func:`core.domain.compiler.compile_policy`
+prepared once. No IO, no clock: the caller passes ``now``, and a grant that depends on rate
+limits comes back as a :class:`PendingGrant`, which :func:`settle` decides with the caller's
+counters (the database's in ``core.hotpath.decisions``, in memory in the controller's test
+runner and impact replay). Semantics: decisions §1 (order), §2 (rule types), §3 (fields).
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import datetime, tzinfo
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from core.domain.globs import ToolMatcher
+from core.domain.limits import Consume, RateLimitRef
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROS = 1_000_000
 _MISSING: Any = object()
 # Sunday-first names, the way allowedDays counts (0 = Sunday).
 _DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
@@ -49,38 +45,6 @@ class PolicyCompileError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         self.path = path
         super().__init__(f"{path}: {message}")
-
-
-@dataclass(frozen=True, slots=True)
-class RateLimitRef:
-    """One rate_limit rule: its counter is shared by every tool in the rule's scope."""
-
-    policy_id: str
-    policy_name: str
-    rule_index: int
-    max_calls: int
-    window_seconds: int
-
-    @property
-    def counter_key(self) -> str:
-        return f"rule:{self.policy_id}:{self.rule_index}"
-
-    def window_start(self, now: datetime) -> int:
-        """Start (epoch seconds) of the fixed window holding ``now``; windows are aligned to
-        multiples of ``window_seconds`` since the Unix epoch."""
-        return _epoch_micros(now) // (self.window_seconds * _MICROS) * self.window_seconds
-
-    def retry_after_seconds(self, now: datetime) -> int:
-        """Whole seconds until the window holding ``now`` ends, rounded up, at least 1."""
-        micros = _epoch_micros(now)
-        end = (micros // (self.window_seconds * _MICROS) + 1) * self.window_seconds * _MICROS
-        return max(1, -((micros - end) // _MICROS))
-
-
-def _epoch_micros(now: datetime) -> int:
-    """Exact microseconds since the epoch (no float rounding at window boundaries)."""
-    delta = now - _EPOCH  # raises TypeError for a naive datetime: fail loudly, not locally
-    return (delta.days * 86_400 + delta.seconds) * _MICROS + delta.microseconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +112,12 @@ class TimeWindow:
     def violation(self, now: datetime) -> str | None:
         local = now.astimezone(self.zone)
         if self.hours is not None and local.hour not in self.hours:
-            return f"outside allowed hours ({self._describe(local)})"
+            return f"outside allowed hours ({self._local_time_phrase(local)})"
         if self.weekdays is not None and local.weekday() not in self.weekdays:
-            return f"outside allowed days ({self._describe(local)})"
+            return f"outside allowed days ({self._local_time_phrase(local)})"
         return None
 
-    def _describe(self, local: datetime) -> str:
+    def _local_time_phrase(self, local: datetime) -> str:
         day = _DAY_NAMES[(local.weekday() + 1) % 7]
         return f"it is {day} {local:%H:%M} in {self.zone_name}"
 
@@ -182,11 +146,14 @@ class CompiledPolicy:
     rules: tuple[CompiledRule, ...]
 
 
-class Consume(Protocol):
-    def __call__(self, limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
-        """Take one call from EVERY limit, all or none. None when taken; otherwise the first
-        exhausted limit, and nothing was taken. Only called with a non-empty sequence."""
-        ...
+@dataclass(frozen=True, slots=True)
+class PendingGrant:
+    """An allow that holds only if one call can be taken from every one of ``limits`` (all or
+    none); ``now`` is the instant it was evaluated at. :func:`settle` decides it."""
+
+    granted: Decision
+    limits: tuple[RateLimitRef, ...]
+    now: datetime
 
 
 def evaluate(
@@ -194,10 +161,10 @@ def evaluate(
     tool_name: str,
     parameters: Mapping[str, Any],
     now: datetime,
-    consume: Consume,
-) -> Decision:
-    """The decision for one tool call (decisions §1). ``policies`` come from
-    :func:`order_policies`; ``now`` must be timezone-aware."""
+) -> Decision | PendingGrant:
+    """The decision for one tool call (decisions §1), or, when the granting policy's rate limits
+    must be consulted, the grant pending on them. ``policies`` come from :func:`order_policies`;
+    ``now`` must be timezone-aware. Counters are never touched here: see :func:`settle`."""
     if now.tzinfo is None:  # a naive instant would silently mean the host's local time
         raise ValueError("now must be a timezone-aware datetime")
     pending: list[RateLimitRef] = []
@@ -218,7 +185,7 @@ def evaluate(
                 if problem is not None:
                     return _deny(policy.id, policy.name, rule.index, rule.type, problem)
         if granted is not None:
-            return _grant(granted, pending, now, consume)
+            return PendingGrant(granted, tuple(pending), now) if pending else granted
     return Decision(False, f"default deny: no policy allows tool '{tool_name}'")
 
 
@@ -237,14 +204,16 @@ def _violation(
     return None
 
 
-def _grant(
-    granted: Decision, pending: list[RateLimitRef], now: datetime, consume: Consume
-) -> Decision:
-    if pending:
-        exhausted = consume(pending, now)
-        if exhausted is not None:
-            return _rate_limited(exhausted, now)
-    return granted
+def settle(result: Decision | PendingGrant, consume: Consume) -> Decision:
+    """The decision :func:`evaluate` left pending on rate limits: its grant when ``consume``
+    took one call from every limit, else the rate-limit deny of the exhausted one. A decision
+    already made is returned as it is, and ``consume`` is not called."""
+    if not isinstance(result, PendingGrant):
+        return result
+    exhausted = consume(result.limits, result.now)
+    if exhausted is not None:
+        return _rate_limited(exhausted, result.now)
+    return result.granted
 
 
 def _rate_limited(limit: RateLimitRef, now: datetime) -> Decision:
@@ -278,35 +247,3 @@ def order_policies(policies: Iterable[CompiledPolicy]) -> list[CompiledPolicy]:
     then smaller id."""
     enabled = (policy for policy in policies if policy.enabled)
     return sorted(enabled, key=lambda p: (-p.priority, p.created_at, p.id))
-
-
-class MemoryCounters:
-    """An in-memory :class:`Consume` for tests and the offline ``agentauth test`` runner.
-
-    One process only; a lock makes each call all-or-none across threads. Keeps one window per
-    counter, so memory stays bounded by the number of rate_limit rules.
-    """
-
-    def __init__(self) -> None:
-        self._windows: dict[str, tuple[int, int]] = {}  # counter_key -> (window_start, count)
-        self._lock = threading.Lock()
-
-    def __call__(self, limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
-        with self._lock:
-            starts = [limit.window_start(now) for limit in limits]
-            for limit, start in zip(limits, starts, strict=True):
-                if self._count(limit.counter_key, start) >= limit.max_calls:
-                    return limit
-            for limit, start in zip(limits, starts, strict=True):
-                key = limit.counter_key
-                self._windows[key] = (start, self._count(key, start) + 1)
-        return None
-
-    def used(self, limit: RateLimitRef, now: datetime) -> int:
-        """Calls taken from ``limit`` in the window holding ``now``."""
-        with self._lock:
-            return self._count(limit.counter_key, limit.window_start(now))
-
-    def _count(self, key: str, start: int) -> int:
-        window = self._windows.get(key)
-        return window[1] if window is not None and window[0] == start else 0

@@ -1,8 +1,11 @@
 """Authorization decisions: the agent's compiled policies, the pure engine, rate-limit
-consumption and the audit entry, in one transaction that commits before anyone is told.
+consumption and the audit entry, written in one transaction that commits before anyone is told.
 
-Called by ``api/authorize.py``. Fail closed: if anything here raises, including the audit write
-or the commit, the caller answers 500 and never an allow.
+Each call is decided once, before the hand-off to the recorder, so that only writes happen
+under the write lock: a grant pending on rate limits has just its counters taken there
+(bench/RESULTS.md, "Why the code is shaped this way"). Called by ``api/authorize.py``. Fail
+closed: if anything here raises, including the audit write or the commit, the caller answers 500
+and never an allow.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from core.domain.compiler import compile_policy
 from core.domain.engine import (
     CompiledPolicy,
     Decision,
-    RateLimitRef,
+    PendingGrant,
     deny_agent_status,
     deny_unknown_agent,
     evaluate,
     order_policies,
+    settle,
 )
+from core.domain.limits import RateLimitRef
 from core.domain.redaction import scrub
 from core.hotpath.reads import AgentRow, Reads
 from core.hotpath.recorder import Batch, Recorder
@@ -168,15 +173,11 @@ def authorize(
     # for a second (the policies on a cache miss) or for its batch
     reads.close()
     if agent is None:
-        decided: Decision | None = deny_unknown_agent(agent_id)
+        decided: Decision | PendingGrant = deny_unknown_agent(agent_id)
     elif agent.status != AgentStatus.ACTIVE:
         decided = deny_agent_status(agent.status)
-    else:
-        compiled = cache.policies(db, agent)
-        try:  # decided here, off the write lock, unless a rate_limit rule must be consulted
-            decided = evaluate(compiled, tool_name, parameters, now, _no_counters)
-        except _NeedsCounters:
-            decided = None
+    else:  # decided here, off the write lock; a grant pending on rate limits is settled inside
+        decided = evaluate(cache.policies(db, agent), tool_name, parameters, now)
 
     def entry(decision: Decision) -> tuple[Outcome, dict[str, Any]]:
         latency_ms = round((time.perf_counter() - received) * 1000, 3)
@@ -196,7 +197,7 @@ def authorize(
         )
         return Outcome(decision, row["id"], latency_ms), row
 
-    if decided is not None:  # the audit row too is made before the hand-off
+    if isinstance(decided, Decision):  # the audit row too is made before the hand-off
         outcome, row = entry(decided)
         values = recorder.statements.audit_values(row)
 
@@ -207,23 +208,14 @@ def authorize(
             return outcome
 
     else:
+        pending = decided
 
         def record(batch: Batch) -> Outcome:
             if on_transaction is not None:
                 on_transaction(batch)
-            decision = evaluate(compiled, tool_name, parameters, now, BatchCounters(batch))
+            decision = settle(pending, BatchCounters(batch))
             outcome, row = entry(decision)
             batch.append_audit(row)
             return outcome
 
     return recorder.run(record)
-
-
-class _NeedsCounters(Exception):
-    """The decision depends on rate-limit counters: it is taken inside the transaction."""
-
-
-def _no_counters(limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
-    if limits:
-        raise _NeedsCounters
-    return None

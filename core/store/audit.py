@@ -1,8 +1,8 @@
-"""The audit log: append (redacted), query and export. Entries are never updated or deleted by
-this code (the database refuses it, too), except by the cascade of deleting their agent.
+"""The audit log: an entry's row (redacted), query and export. Entries are never updated or
+deleted by this code (the database refuses it, too), except by the cascade of deleting their agent.
 
-Called by ``core.hotpath.decisions`` (append, inside the decision's transaction) and by
-``api/audit_logs.py`` (query, export).
+Called by ``core.hotpath.decisions`` (the row, which the recorder writes inside the decision's
+transaction) and by ``api/audit_logs.py`` (query, export).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, insert, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from core.domain import ids
@@ -42,9 +42,6 @@ class Filters:
     until: datetime | None = None
 
 
-_INSERT = insert(AuditEntry)
-
-
 def entry(
     *,
     workspace_id: str,
@@ -61,8 +58,7 @@ def entry(
     timestamp: datetime,
 ) -> dict[str, Any]:
     """One entry's row, with a new id: parameters redacted, API keys scrubbed from every text.
-    Decisions write it through a group-commit batch (``core.hotpath.recorder``); anything
-    else through :func:`append`."""
+    Decisions write it through a group-commit batch (``core.hotpath.recorder``)."""
     return {
         "id": ids.new_sortable_id(),
         "workspace_id": workspace_id,
@@ -79,14 +75,6 @@ def entry(
         "latency_ms": latency_ms,
         "timestamp": timestamp,
     }
-
-
-def append(db: Session | Connection, **fields: Any) -> str:
-    """Write one entry (see :func:`entry`); its id."""
-    row = entry(**fields)
-    db.execute(_INSERT, row)
-    id_: str = row["id"]
-    return id_
 
 
 def _select(workspace_id: str, filters: Filters) -> Select[AuditEntry]:

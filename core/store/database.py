@@ -4,8 +4,9 @@ SQLite is the embedded default: WAL, ``synchronous=FULL`` (configurable), foreig
 timeout, and ``BEGIN IMMEDIATE`` for write transactions so two writers queue on the lock instead
 of failing with "database is locked" after reading. PostgreSQL serves several instances.
 
-Callers use :meth:`Database.transaction`; commits happen there and nowhere else. SQLAlchemy
-errors are translated into :class:`core.domain.errors.StorageError` at this boundary: during
+Callers use :meth:`Database.transaction` (ORM) or :meth:`Database.connect` (Core); commits
+happen there, and for decisions in ``core.hotpath.recorder``, nowhere else. SQLAlchemy errors
+are translated into :class:`core.domain.errors.StorageError` at this boundary: during
 requests in words fit for an API client; when the database is opened
 (:meth:`Database.schema_connection`) with the database's URL and the driver's reason, both
 without the password.
@@ -99,7 +100,7 @@ class Database:
             session.commit()
         except SQLAlchemyError as exc:
             session.rollback()
-            raise StorageError(_describe(exc)) from exc
+            raise StorageError(_storage_message(exc)) from exc
         except BaseException:
             session.rollback()
             raise
@@ -108,9 +109,9 @@ class Database:
 
     @contextmanager
     def connect(self, *, write: bool = False) -> Iterator[Connection]:
-        """A Core connection in one transaction, for the authorize hot path where the ORM's
-        unit of work costs more than the SQL. Same commit, rollback and error rules as
-        :meth:`transaction`."""
+        """A Core connection in one transaction, where the ORM's unit of work costs more than
+        the SQL (the policy cache's loads, the per-key counter). Same commit, rollback and
+        error rules as :meth:`transaction`."""
         lock: AbstractContextManager[Any] = (
             self.write_lock if write and self.write_lock else nullcontext()
         )
@@ -119,7 +120,7 @@ class Database:
                 with (self._write_engine if write else self.engine).begin() as connection:
                     yield connection
             except SQLAlchemyError as exc:
-                raise StorageError(_describe(exc)) from exc
+                raise StorageError(_storage_message(exc)) from exc
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -195,7 +196,9 @@ def _engine_options(url: URL, is_sqlite: bool) -> dict[str, Any]:
     return {"pool_pre_ping": True, "pool_size": 5, "max_overflow": 10, "connect_args": network}
 
 
-def _describe(exc: SQLAlchemyError) -> str:
+def _storage_message(exc: SQLAlchemyError) -> str:
+    """The StorageError message for a failed session or connection: no driver detail, since
+    it reaches API clients (operators get the cause chained to it)."""
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return "the database connection was lost"
     return "the database could not complete the request"

@@ -1,10 +1,13 @@
 """Small helpers the API tests share: asserting the error body, reading timestamps, making an
-agent with a policy, asking for a decision."""
+agent with a policy, asking for a decision, writing audit entries as decisions do."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
+
+from core.store import audit
 
 
 def assert_error(response: Any, status: int, code: str) -> Any:
@@ -47,3 +50,16 @@ def decide(client: Any, headers: Any, agent_id: str, tool: str, **parameters: An
     response = client.post("/v1/authorize", json=body, headers=headers)
     assert response.status_code == 200, response.get_data(as_text=True)
     return dict(response.json)
+
+
+def record_audit_entries(app: Any, entries: Iterable[dict[str, Any]]) -> None:
+    """Audit entries written the way decisions write them: each row made by
+    ``core.store.audit.entry`` from ``entries``' fields, all of them through the app's
+    group-commit recorder in one transaction."""
+    rows = [audit.entry(**fields) for fields in entries]
+
+    def write(batch: Any) -> None:
+        for row in rows:
+            batch.append_audit(row)
+
+    app.extensions["agentauth"].recorder.run(write)

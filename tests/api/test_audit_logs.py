@@ -11,8 +11,7 @@ import pytest
 
 from core.domain.clock import isoformat
 from core.domain.redaction import MASK
-from core.store import audit
-from tests.api.helpers import decide, make_agent
+from tests.api.helpers import decide, make_agent, record_audit_entries
 
 ALLOW_CALENDAR = [{"type": "tool_allowlist", "tools": ["calendar.*"]}]
 ENTRY_FIELDS = {
@@ -221,24 +220,26 @@ def tied_history(app, client, admin_headers, workspace, clock) -> list[str]:
         decide(client, admin_headers, agent, tool)
     clock.advance(60)
     tie = clock()
-    db = app.extensions["agentauth"].db
-    with db.transaction(write=True) as session:
-        for i in range(6):
-            audit.append(
-                session,
-                workspace_id=workspace.id,
-                agent_id=agent,
-                agent_exists=True,
-                key_id=None,
-                tool_name=f"tied.{i}",
-                parameters={"i": i},
-                result="denied",
-                policy_id=None,
-                rule_index=None,
-                reason="tie",
-                latency_ms=0.0,
-                timestamp=tie,
-            )
+    record_audit_entries(
+        app,
+        (
+            {
+                "workspace_id": workspace.id,
+                "agent_id": agent,
+                "agent_exists": True,
+                "key_id": None,
+                "tool_name": f"tied.{i}",
+                "parameters": {"i": i},
+                "result": "denied",
+                "policy_id": None,
+                "rule_index": None,
+                "reason": "tie",
+                "latency_ms": 0.0,
+                "timestamp": tie,
+            }
+            for i in range(6)
+        ),
+    )
     clock.advance(60)
     decide(client, admin_headers, agent, "calendar.read")
     return [agent]

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from core.domain.redaction import MASK
-from core.store import audit
-from tests.api.helpers import decide, make_agent
+from tests.api.helpers import decide, make_agent, record_audit_entries
 
 COLUMNS = ["Timestamp", "Agent ID", "Tool", "Result", "Reason", "Latency (ms)", "Parameters"]
 ALLOW_CALENDAR = [{"type": "tool_allowlist", "tools": ["calendar.*"]}]
@@ -43,29 +42,29 @@ def listed(client, headers, **query: Any) -> list[dict[str, Any]]:
 
 
 def append_entries(app, workspace, clock, agent_id: str, count: int, **fields: Any) -> None:
-    """``count`` entries through the real append path, one clock reading (1 ms) apart, each
+    """``count`` entries through the real write path, one clock reading (1 ms) apart, each
     with parameters ``{"i": n}`` in order of writing."""
-    db = app.extensions["agentauth"].db
-    with db.transaction(write=True) as session:
-        for n in range(count):
-            audit.append(
-                session,
-                **{
-                    "workspace_id": workspace.id,
-                    "agent_id": agent_id,
-                    "agent_exists": True,
-                    "key_id": None,
-                    "tool_name": "bulk.tool",
-                    "parameters": {"i": n},
-                    "result": "denied",
-                    "policy_id": None,
-                    "rule_index": None,
-                    "reason": "bulk",
-                    "latency_ms": 0.25,
-                    "timestamp": clock(),
-                    **fields,
-                },
-            )
+    record_audit_entries(
+        app,
+        (
+            {
+                "workspace_id": workspace.id,
+                "agent_id": agent_id,
+                "agent_exists": True,
+                "key_id": None,
+                "tool_name": "bulk.tool",
+                "parameters": {"i": n},
+                "result": "denied",
+                "policy_id": None,
+                "rule_index": None,
+                "reason": "bulk",
+                "latency_ms": 0.25,
+                "timestamp": clock(),
+                **fields,
+            }
+            for n in range(count)
+        ),
+    )
 
 
 @pytest.fixture

@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.lint import LintPolicy, Shadow, describe, glob_covers, shadowed_rules
+from controller.lint import LintPolicy, Shadow, glob_covers, shadow_message, shadowed_rules
 from core.domain.compiler import compile_policy
-from core.domain.engine import MemoryCounters, evaluate, order_policies
+from core.domain.engine import evaluate, order_policies, settle
 from core.domain.globs import compile_glob
+from core.domain.limits import MemoryCounters
 
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # Monday
 
@@ -212,8 +213,8 @@ def test_shadowed_rules(policies, expected):
         ),
     ],
 )
-def test_describe(shadow, message):
-    assert describe(shadow) == message
+def test_shadow_message(shadow, message):
+    assert shadow_message(shadow) == message
 
 
 @pytest.mark.parametrize(
@@ -306,7 +307,7 @@ def _decisions(policies: list[LintPolicy]) -> list[tuple[bool, str | None, int |
     calls = [(tool, parameters) for tool in TOOLS for parameters in ({}, {"amount": 5})]
     out = []
     for tool, parameters in calls:
-        decision = evaluate(compiled, tool, parameters, NOW, MemoryCounters())
+        decision = settle(evaluate(compiled, tool, parameters, NOW), MemoryCounters())
         out.append((decision.allowed, decision.policy_id, decision.rule_index))
     return out
 

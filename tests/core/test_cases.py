@@ -33,12 +33,13 @@ from core.domain.compiler import compile_policy
 from core.domain.engine import (
     CompiledPolicy,
     Decision,
-    MemoryCounters,
     deny_agent_status,
     deny_unknown_agent,
     evaluate,
     order_policies,
+    settle,
 )
+from core.domain.limits import MemoryCounters
 from core.domain.rules import check_rules
 from schemas import validate
 
@@ -125,9 +126,8 @@ def decide(
         return deny_agent_status(status)
     assert call["now"] is not None, "a call needs now, its own or its case's or its file's"
     assert call["tool"] is not None, "a call needs a tool, its own or its case's"
-    return evaluate(
-        policies, call["tool"], call["parameters"], parse_instant(call["now"]), counters
-    )
+    now = parse_instant(call["now"])
+    return settle(evaluate(policies, call["tool"], call["parameters"], now), counters)
 
 
 def check(decision: Decision, expect: Mapping[str, Any], ids: Mapping[str, str], at: str) -> None:
