@@ -848,7 +848,7 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
     timers.wrap(Reads, "agent", "SELECT agents (driver)")
     timers.wrap(api.authorize, "parse_body", BODY)
     timers.wrap(api.params, "parse_json", "strict JSON parse")
-    timers.wrap(api.params, "require_valid", "schema quick check")
+    timers.wrap(api.params, "require_valid", "schema check")
     timers.wrap(api.authorize, "decide", DECIDE)
     timers.wrap(PolicyCache, "policies", "compiled policies (cache hit)")
     timers.wrap(Recorder, "run", ROUND_TRIP)
@@ -1021,7 +1021,7 @@ def _phases(timers: _Timers, requests: int, total: float) -> list[Phase]:
         row("of which SELECT api_keys (driver, pool checkout)", 1, "SELECT api_keys (driver)"),
         row(BODY, 0),
         row("strict JSON parse (api.params.parse_json)", 1, "strict JSON parse"),
-        row("schema quick check (require_valid, fast_check)", 1, "schema quick check"),
+        row("schema check (require_valid, jsonschema-rs)", 1, "schema check"),
         row(DECIDE, 0),
         rest("before the write: agent read, policies, evaluate, audit row", 1, DECIDE, ROUND_TRIP),
         row("of which SELECT agents (driver)", 2, "SELECT agents (driver)"),

@@ -19,7 +19,9 @@ its connection from batch to batch, out of the pool and so never pinged: when th
 turns out broken (the database restarted, a proxy or firewall dropped it while the process was
 idle) before the batch's COMMIT was sent, nothing of the batch can have been committed, and it
 runs once more on a new connection instead of failing decisions the database could take.
-Called by ``core.hotpath.decisions``; nothing else writes through it.
+Called by ``core.hotpath.decisions`` (and the tests' helper that records audit entries as
+decisions do). One module, over 300 lines, because the batch, its statements and the leader's
+retry rules change together: each relies on what the others promise about a transaction.
 """
 
 from __future__ import annotations
