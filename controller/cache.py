@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from controller import load
+from controller import load, yaml_reader
 from controller.load import Document, LoadedFile, SourceFile, parse_file
 from core.domain.rules import check_rules
 from schemas import Problem
@@ -141,11 +141,13 @@ def _parse_batch(sources: Sequence[SourceFile]) -> bytes:
 
 
 def cache_version() -> str:
-    """Changes whenever this module, the loader, the rule checks or any schema changes."""
+    """Changes whenever this module, the loader, the YAML reader, the rule checks or any
+    schema changes."""
     global _VERSION
     if _VERSION is None:
         digest = hashlib.sha256(Path(__file__).read_bytes())
         digest.update(Path(load.__file__).read_bytes())
+        digest.update(Path(yaml_reader.__file__).read_bytes())
         import schemas
 
         for name in schemas.FILES:
