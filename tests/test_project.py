@@ -3,9 +3,11 @@ README's examples leaves no file that ``git status`` would offer to commit."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,32 @@ def test_files_the_readme_examples_write_are_ignored_by_git():
     )
     ignored = set(result.stdout.split())
     assert ignored == written, f"not in .gitignore: {sorted(written - ignored)}"
+
+
+def _demo_commands() -> list[list[str]]:
+    """The README's policy-repository demo, one command a line, as written."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("Try it (it needs no server):", 1)[1].split("```sh\n", 1)[1]
+    return [line.split() for line in block.split("```", 1)[0].splitlines() if line.strip()]
+
+
+def test_the_readme_policy_repository_demo_runs_as_written(tmp_path):
+    """Each command of the demo exits 0, in order, on a fresh database (demo.db in a folder of
+    its own, the example repository copied beside it)."""
+    shutil.copytree(ROOT / "policies_repo_example", tmp_path / "policies_repo_example")
+    commands = _demo_commands()
+    assert [c[:2] for c in commands] == [
+        [".venv/bin/agentauth", "validate"],
+        [".venv/bin/agentauth", "test"],
+        [".venv/bin/agentauth", "db"],
+        [".venv/bin/agentauth", "plan"],
+        [".venv/bin/agentauth", "apply"],
+    ]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTAUTH_CACHE_DIR": ""}
+    for command in commands:
+        run = [sys.executable, "-m", "controller", *command[1:]]
+        result = subprocess.run(
+            run, cwd=tmp_path, capture_output=True, text=True, check=False, env=environment
+        )
+        assert result.returncode == 0, f"{' '.join(command)}:\n{result.stdout}{result.stderr}"
+    assert (tmp_path / "demo.db").exists()
