@@ -839,8 +839,13 @@ def test_messages_line_up_with_the_panels_and_long_names_wrap(browser, base, wor
     confirm(tab, "Suspend")
     message = tab.locator("#message")
     expect(message).to_have_text(f"Agent “{LONG_NAME}” is now suspended.")
+    # the list is drawn again after the message: measure the new one, not one going away
+    row = tab.locator(f"tr[data-agent='{LONG_NAME}']")
+    expect(row.get_by_role("button", name="Reactivate")).to_be_visible()
     panel = tab.locator("main .panel").first
+    expect(panel).to_be_visible()
     boxes = [message.bounding_box(), panel.bounding_box()]
+    assert all(boxes), boxes
     sides = [(round(b["x"], 1), round(b["x"] + b["width"], 1)) for b in boxes if b]
     assert sides[0] == sides[1], sides
     width = viewport["width"]
