@@ -430,6 +430,12 @@ def test_regex_search_says_found_or_not_and_never_matches_a_lone_surrogate() -> 
     assert [search("concaaat"), search("dog"), search("\ud800")] == [True, False, False]
 
 
+def test_a_pattern_too_large_for_an_re2_set_is_still_searched() -> None:
+    # 300 letters of any script: RE2 compiles it, but its DFA for a Set has too little memory
+    search = compiler._compile_search(r"\pL{300}", "p")
+    assert [search("é" * 300), search("x" + "é" * 299), search("é" * 299)] == [True, True, False]
+
+
 def test_a_lone_surrogate_fails_a_regex_instead_of_crashing() -> None:
     rule = {"type": "parameter_constraint", "parameters": {"q": {"regex": "."}}}
     policies = [policy("p", rule, {"type": "tool_allowlist"})]
