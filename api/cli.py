@@ -19,19 +19,14 @@ from typing import NoReturn
 
 import click
 
-from core.config import Settings
+from core.config import DATABASE_URL_HELP, Settings
 from core.domain.clock import parse_instant, utc_now
 from core.domain.errors import AgentAuthError
 from core.store.keys import Scope, ensure_workspace, issue_key
 from core.store.migrate import open_database
 
-DB_HELP = "database URL (default: $AGENTAUTH_DATABASE_URL, else sqlite:///agentauth.db)"
 #: the workspace ``serve --repo`` applies to
 SERVED_WORKSPACE = "default"
-
-
-def _settings(db: str | None) -> Settings:
-    return Settings.from_env(database_url=db)
 
 
 def _fail(error: AgentAuthError) -> NoReturn:
@@ -42,7 +37,7 @@ def _fail(error: AgentAuthError) -> NoReturn:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--db", help=DB_HELP)
+@click.option("--db", help=DATABASE_URL_HELP)
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64))
 @click.option(
     "--threads",
@@ -66,7 +61,7 @@ def serve(
     if watch and repo is None:
         raise click.UsageError("--watch needs --repo")
     try:
-        settings = _settings(db)
+        settings = Settings.from_env(database_url=db)
         open_database(settings, write=True).dispose()
     except AgentAuthError as exc:
         _fail(exc)
@@ -160,7 +155,7 @@ def _instant(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option("--scopes", required=True, callback=_scopes, help="admin, read-only or both")
 @click.option("--workspace", default="default", show_default=True, help="created on first use")
 @click.option("--expires-at", callback=_instant, help="ISO 8601 expiry (default: never)")
-@click.option("--db", help=DB_HELP)
+@click.option("--db", help=DATABASE_URL_HELP)
 def keys_create(
     name: str, scopes: list[str], workspace: str, expires_at: datetime | None, db: str | None
 ) -> None:
@@ -168,7 +163,7 @@ def keys_create(
     if not 1 <= len(name) <= 255:
         raise click.BadParameter("must be 1 to 255 characters", param_hint="--name")
     try:
-        database = open_database(_settings(db), write=True)
+        database = open_database(Settings.from_env(database_url=db), write=True)
         now = utc_now()
         with database.transaction(write=True) as session:
             workspace_id = ensure_workspace(session, workspace, now)
@@ -185,11 +180,11 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--db", "url", help=DB_HELP)
+@click.option("--db", "url", help=DATABASE_URL_HELP)
 def db_upgrade(url: str | None) -> None:
     """Apply every pending migration."""
     try:
-        open_database(_settings(url), write=True).dispose()
+        open_database(Settings.from_env(database_url=url), write=True).dispose()
     except AgentAuthError as exc:
         _fail(exc)
     click.echo("database schema is up to date")

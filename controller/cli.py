@@ -28,16 +28,10 @@ from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
 from controller.signals import wait_for_stop_signal
 from controller.sources import open_repository, read_files, read_revision
 from controller.state import as_applied, read_live
-from core.config import Settings
+from core.config import DATABASE_URL_HELP, Settings
 from core.domain.errors import AgentAuthError
 from core.store.migrate import open_database
 from schemas import Problem
-
-DB_HELP = "database URL (default: $AGENTAUTH_DATABASE_URL, else sqlite:///agentauth.db)"
-
-
-def _settings(db: str | None) -> Settings:
-    return Settings.from_env(database_url=db)
 
 
 def _fail(error: AgentAuthError) -> None:
@@ -135,7 +129,7 @@ def validate(directory: Path) -> None:
 @main.command()
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
-@click.option("--db", help=DB_HELP)
+@click.option("--db", help=DATABASE_URL_HELP)
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--detailed-exitcode", is_flag=True, help="exit 2 when there are changes")
 @click.option("--prune-agents", is_flag=True, help=PLAN_PRUNE_HELP)
@@ -160,7 +154,7 @@ def plan(
     """Show what apply (with the same flags) would change in the database, field by field, and
     its impact. Exit 1 when apply would refuse it (a conflict)."""
     try:
-        settings = _settings(db)
+        settings = Settings.from_env(database_url=db)
         repo, _ = _read_repo(directory, workspace, settings)
         _refuse_invalid(repo)
         database = open_database(settings, write=False)
@@ -243,7 +237,7 @@ def diff(
 @main.command()
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
-@click.option("--db", help=DB_HELP)
+@click.option("--db", help=DATABASE_URL_HELP)
 @click.option(
     "--prune-agents", is_flag=True, help="also delete managed agents gone from the repository"
 )
@@ -251,7 +245,7 @@ def diff(
 def apply(directory: Path, workspace: str, db: str | None, prune_agents: bool, adopt: bool) -> None:
     """Make the database what the repository declares, in one transaction."""
     try:
-        settings = _settings(db)
+        settings = Settings.from_env(database_url=db)
         database = open_database(settings, write=True)
     except AgentAuthError as exc:
         _fail(exc)
@@ -332,7 +326,7 @@ def _log_lines(lines: Sequence[str]) -> None:
 @main.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
-@click.option("--db", help=DB_HELP)
+@click.option("--db", help=DATABASE_URL_HELP)
 @click.option(
     "--debounce",
     default=0.5,
@@ -353,7 +347,7 @@ def watch(
     from controller.watch import Watcher
 
     try:
-        settings = _settings(db)
+        settings = Settings.from_env(database_url=db)
         database = open_database(settings, write=True)
     except AgentAuthError as exc:
         _fail(exc)
@@ -395,7 +389,7 @@ def watch(
     help="seconds between fetches (doubled per failure, up to 10 times)",
 )
 @click.option("--workspace", default=DEFAULT_WORKSPACE, show_default=True, help=WORKSPACE_HELP)
-@click.option("--db", help=DB_HELP)
+@click.option("--db", help=DATABASE_URL_HELP)
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -425,7 +419,7 @@ def sync(
     )
 
     try:
-        settings = _settings(db)
+        settings = Settings.from_env(database_url=db)
         database = open_database(settings, write=True)
         folder = workdir or default_workdir(settings.cache_dir, url)
         cache = _cache(settings, folder) if folder is not None else DocumentCache(None)

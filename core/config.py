@@ -14,6 +14,8 @@ from typing import Any
 from core.domain.errors import ConfigError
 
 DEFAULT_DATABASE_URL = "sqlite:///agentauth.db"
+#: the help of every command's --db option
+DATABASE_URL_HELP = f"database URL (default: $AGENTAUTH_DATABASE_URL, else {DEFAULT_DATABASE_URL})"
 SQLITE_SYNC_MODES = ("FULL", "NORMAL", "OFF", "EXTRA")
 
 
