@@ -9,12 +9,13 @@
     @guard.tool("payments.refund")
     def refund(order_id: str, amount: float) -> str: ...
 
-See :mod:`agentauth.guard` for what happens when the service is unreachable, and
+See :mod:`agentauth.guard` for what happens when the service is unreachable or a call needs a
+human's approval (``Guard(..., wait_for_approval=SECONDS)``), and
 :mod:`agentauth.mcp` for guarding every tool of an MCP server in one call. This package depends
 on httpx only (and on the ``mcp`` SDK for :mod:`agentauth.mcp`), never on the service's code.
 """
 
-from agentauth.answers import Decision
+from agentauth.answers import Approval, Decision
 from agentauth.client import AsyncAuthzClient, AuthzClient
 from agentauth.errors import (
     AuthzError,
@@ -27,6 +28,7 @@ from agentauth.errors import (
 from agentauth.guard import Guard, denied_result
 
 __all__ = [
+    "Approval",
     "AsyncAuthzClient",
     "AuthzClient",
     "AuthzError",

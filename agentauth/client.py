@@ -1,8 +1,8 @@
-"""The HTTP clients of ``POST /v1/authorize``: :class:`AuthzClient` (blocking) and
-:class:`AsyncAuthzClient` (asyncio), both on httpx with real time-outs. They share everything
-but the sending: the request is built by :func:`_request_body`, and every answer goes through
-:func:`agentauth.answers.read_answer`, which returns a :class:`Decision` or raises one of
-:mod:`agentauth.errors`.
+"""The HTTP clients of ``POST /v1/authorize`` and ``GET /v1/approvals/<id>``:
+:class:`AuthzClient` (blocking) and :class:`AsyncAuthzClient` (asyncio), both on httpx with real
+time-outs. They share everything but the sending: the request is built by :func:`_request_body`
+(or :func:`_approval_path`), and every answer goes through :mod:`agentauth.answers`, which
+returns a :class:`Decision` (or an :class:`Approval`) or raises one of :mod:`agentauth.errors`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,21 @@ import math
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import anyio
 import httpx
 
-from agentauth.answers import MAX_ANSWER_BYTES, Decision, read_answer
+from agentauth.answers import (
+    APPROVAL_ID,
+    MAX_ANSWER_BYTES,
+    Approval,
+    Decision,
+    read_answer,
+    read_approval,
+)
 from agentauth.errors import ServiceUnavailableError
 from agentauth.params import to_json
 
@@ -26,6 +34,7 @@ from agentauth.params import to_json
 #: every tool call, so a stuck service must not hang the agent for long
 DEFAULT_TIMEOUT = 5.0
 AUTHORIZE_PATH = "/v1/authorize"
+APPROVALS_PATH = "/v1/approvals/"
 _KEY = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: what a header can carry
 
 
@@ -58,6 +67,17 @@ class _Answer:
         return self.whole
 
 
+@dataclass(frozen=True)
+class _Received:
+    """An answer as received: its status and headers, the body read (up to the cap), and
+    whether that body is all of it."""
+
+    status: int
+    headers: httpx.Headers
+    content: bytes
+    whole: bool
+
+
 class AuthzClient:
     """A blocking client: ``AuthzClient(base_url, api_key).authorize(agent, tool, params)``.
 
@@ -83,13 +103,26 @@ class AuthzClient:
     def authorize(
         self, agent_id: str, tool_name: str, parameters: Mapping[str, Any] | None = None
     ) -> Decision:
-        """May ``agent_id`` call ``tool_name`` with ``parameters``? A denial is a Decision,
-        not an error; errors are raised as :mod:`agentauth.errors` says."""
+        """May ``agent_id`` call ``tool_name`` with ``parameters``? A denial (or an escalation:
+        ``outcome == "escalated"``) is a Decision, not an error; errors are raised as
+        :mod:`agentauth.errors` says."""
         body = _request_body(agent_id, tool_name, parameters)
+        got = self._exchange("POST", AUTHORIZE_PATH, body)
+        return read_answer(got.status, got.headers, got.content, got.whole)
+
+    def approval(self, approval_id: str) -> Approval:
+        """The approval ``approval_id`` as the service has it now (any key of the workspace may
+        read it): ``approval(decision.approval_id).status``. An unknown id raises
+        :class:`BadRequestError` (``APPROVAL_NOT_FOUND``, 404); other errors as for
+        :meth:`authorize`. An id that cannot be one raises ValueError before any request."""
+        got = self._exchange("GET", _approval_path(approval_id), None)
+        return read_approval(got.status, got.headers, got.content, got.whole, approval_id)
+
+    def _exchange(self, method: str, path: str, body: bytes | None) -> _Received:
         answer = _Answer(self._deadline)
         failure: ServiceUnavailableError | None = None
         try:
-            with self._http.stream("POST", AUTHORIZE_PATH, content=body) as response:
+            with self._http.stream(method, path, content=body) as response:
                 for chunk in response.iter_bytes():
                     if not answer.add(chunk):
                         break
@@ -97,7 +130,7 @@ class AuthzClient:
             failure = _unreachable(exc, self.base_url)
         if failure is not None:  # raised outside the except: no httpx error (nor key) behind it
             raise failure
-        return read_answer(
+        return _Received(
             response.status_code, response.headers, bytes(answer.content), answer.whole
         )
 
@@ -142,11 +175,20 @@ class AsyncAuthzClient:
     ) -> Decision:
         """See :meth:`AuthzClient.authorize`."""
         body = _request_body(agent_id, tool_name, parameters)
+        got = await self._exchange("POST", AUTHORIZE_PATH, body)
+        return read_answer(got.status, got.headers, got.content, got.whole)
+
+    async def approval(self, approval_id: str) -> Approval:
+        """See :meth:`AuthzClient.approval`."""
+        got = await self._exchange("GET", _approval_path(approval_id), None)
+        return read_approval(got.status, got.headers, got.content, got.whole, approval_id)
+
+    async def _exchange(self, method: str, path: str, body: bytes | None) -> _Received:
         answer = _Answer(self._deadline)
         failure: ServiceUnavailableError | None = None
         try:
             with anyio.fail_after(None if math.isinf(self._deadline) else self._deadline):
-                async with self._http.stream("POST", AUTHORIZE_PATH, content=body) as response:
+                async with self._http.stream(method, path, content=body) as response:
                     async for chunk in response.aiter_bytes():
                         if not answer.add(chunk):
                             break
@@ -158,7 +200,7 @@ class AsyncAuthzClient:
             )
         if failure is not None:  # raised outside the except: no httpx error (nor key) behind it
             raise failure
-        return read_answer(
+        return _Received(
             response.status_code, response.headers, bytes(answer.content), answer.whole
         )
 
@@ -225,6 +267,15 @@ def _request_body(agent_id: str, tool_name: str, parameters: Mapping[str, Any] |
         return json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
     except (ValueError, RecursionError) as exc:  # an int past Python's digit limit, ...
         raise TypeError(f"parameters cannot be written as JSON: {exc}") from None
+
+
+def _approval_path(approval_id: str) -> str:
+    """The approval's URL path; the id is checked first, so it is one path segment as is."""
+    if not isinstance(approval_id, str):
+        raise TypeError("approval_id must be a string (the approval's id)")
+    if not APPROVAL_ID.fullmatch(approval_id):
+        raise ValueError("approval_id must be an approval's id: letters, digits, '-' and '_'")
+    return APPROVALS_PATH + approval_id
 
 
 def _unreachable(exc: httpx.HTTPError, base_url: str) -> ServiceUnavailableError:

@@ -5,11 +5,12 @@
     AuthzError                   code, status_code, message
     ├── UnauthorizedError        401 (UNAUTHORIZED, API_KEY_EXPIRED): a wrong or expired key
     ├── ForbiddenError           403: the key's scope does not permit the call
-    ├── BadRequestError          other 4xx (400 VALIDATION_ERROR, ...): a malformed request
+    ├── BadRequestError          other 4xx (400 VALIDATION_ERROR, 404 APPROVAL_NOT_FOUND, ...)
     ├── RateLimitError           429: the key's per-minute budget is spent; retry_after_ms
     └── ServiceUnavailableError  no usable answer: network error, time-out, 5xx, unreadable body
 
-A denied decision is not an error: ``authorize`` returns it. Messages never carry the API key.
+A denied (or escalated) decision is not an error: ``authorize`` returns it. Messages never carry
+the API key.
 The guard (:mod:`agentauth.guard`) decides what each error means for a tool call.
 """
 

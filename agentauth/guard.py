@@ -11,25 +11,45 @@ the service gives no usable answer is the one setting, ``on_error``:
 
 A handler runs only when the decision allows it: the service said ``allowed: true`` (a real
 boolean), or the service was unreachable and ``on_error="allow"``.
+
+A call the service escalates to a human (``outcome == "escalated"``, decisions §6) is denied, with
+a reason that says approval is required and names the approval and its expiry. With
+``wait_for_approval=SECONDS`` the guard waits instead: it polls the approval (after 0.5 s, then
+twice as long each time, at most 5 s apart, never past the wait) until it is no longer pending,
+then asks the service again, so the decision (and its audit entry) is the service's: the handler
+runs only if that answer allows. Errors while polling do not end the wait (``on_error`` applies to
+the authorize calls only); a wait that runs out denies as an escalation does, saying so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
+import anyio
 import anyio.to_thread
 
-from agentauth.answers import Decision
+from agentauth.answers import Approval, Decision
 from agentauth.client import AsyncAuthzClient, AuthzClient
 from agentauth.errors import AuthzError, BadRequestError, RateLimitError, ServiceUnavailableError
 
 OnError = Literal["deny", "allow"]
 F = TypeVar("F", bound=Callable[..., Any])
 DENIED_PREFIX = "Authorization denied: "
+#: waiting for an approval: the first look after this many seconds, then twice as long each
+#: time, never more than MAX_POLL_SECONDS apart (and never past the wait)
+FIRST_POLL_SECONDS = 0.5
+MAX_POLL_SECONDS = 5.0
+# the clock and the sleeps of the wait, looked up at each use (tests give a fake clock)
+_clock: Callable[[], float] = time.monotonic
+_sleep: Callable[[float], None] = time.sleep
+_async_sleep: Callable[[float], Awaitable[None]] = anyio.sleep
 
 
 def denied_result(reason: str) -> dict[str, Any]:
@@ -39,7 +59,9 @@ def denied_result(reason: str) -> dict[str, Any]:
 
 class Guard:
     """Authorization for one agent's tools. ``client`` is an :class:`AuthzClient` or an
-    :class:`AsyncAuthzClient`; sync handlers need the former, async ones take either."""
+    :class:`AsyncAuthzClient`; sync handlers need the former, async ones take either.
+    ``wait_for_approval``: seconds to wait for a human to decide an escalated call (None, the
+    default: do not wait, deny at once)."""
 
     def __init__(
         self,
@@ -47,9 +69,19 @@ class Guard:
         agent_id: str,
         *,
         on_error: OnError = "deny",
+        wait_for_approval: float | None = None,
     ) -> None:
         if on_error not in ("deny", "allow"):
             raise ValueError("on_error must be 'deny' or 'allow'")
+        if wait_for_approval is not None and (
+            not isinstance(wait_for_approval, int | float)
+            or isinstance(wait_for_approval, bool)
+            or not math.isfinite(wait_for_approval)
+            or wait_for_approval <= 0
+        ):
+            raise ValueError(
+                "wait_for_approval must be None or a positive, finite number of seconds"
+            )
         if not isinstance(client, AuthzClient | AsyncAuthzClient):
             raise TypeError("client must be an AuthzClient or an AsyncAuthzClient")
         if not isinstance(agent_id, str) or not agent_id:
@@ -57,32 +89,91 @@ class Guard:
         self.client = client
         self.agent_id = agent_id
         self.on_error: OnError = on_error
+        self.wait_for_approval: float | None = (
+            None if wait_for_approval is None else float(wait_for_approval)
+        )
 
     def __repr__(self) -> str:
-        return f"Guard({self.client!r}, agent_id={self.agent_id!r}, on_error={self.on_error!r})"
+        return (
+            f"Guard({self.client!r}, agent_id={self.agent_id!r}, on_error={self.on_error!r}, "
+            f"wait_for_approval={self.wait_for_approval!r})"
+        )
 
     # ------------------------------------------------------------------ checking one call
 
     def check(self, tool_name: str, parameters: Mapping[str, Any] | None = None) -> Decision:
         """The decision for one call (blocking; needs an :class:`AuthzClient`). Never raises:
-        the service's failures become decisions as ``on_error`` says, anything else denies."""
-        if not isinstance(self.client, AuthzClient):
+        the service's failures become decisions as ``on_error`` says, anything else denies.
+        An escalated call is waited for when ``wait_for_approval`` says so (blocking this
+        thread); an escalated decision returned has the guard's reason (see the module)."""
+        client = self.client
+        if not isinstance(client, AuthzClient):
             raise TypeError("this guard has an AsyncAuthzClient: use 'await guard.check_async()'")
-        try:
-            return self.client.authorize(self.agent_id, tool_name, parameters)
-        except Exception as exc:  # a guard answers; it never lets a call through
-            failure = exc
-        return self._without_answer(failure)
+        decision = self._ask(client, tool_name, parameters)
+        if self.wait_for_approval is None or not _awaitable(decision):
+            return _explained(decision)
+        waiting = _Waiting(self.wait_for_approval)
+        while decision.approval_id is not None and _awaitable(decision):
+            state: str | _Lost = _PENDING
+            while state == _PENDING:
+                pause = waiting.next_pause()
+                if pause is None:
+                    return _explained(decision, waited=waiting.seconds)
+                _sleep(pause)
+                try:
+                    found: Approval | Exception = client.approval(decision.approval_id)
+                except Exception as exc:  # polling goes on until the wait is over
+                    found = exc
+                state = _state(found)
+            if isinstance(state, _Lost):
+                return _explained(decision, note=state.note)
+            decision = self._ask(client, tool_name, parameters)
+        return _explained(decision)
 
     async def check_async(
         self, tool_name: str, parameters: Mapping[str, Any] | None = None
     ) -> Decision:
-        """:meth:`check` for async code; with a blocking client it runs in a worker thread."""
-        if not isinstance(self.client, AsyncAuthzClient):
+        """:meth:`check` for async code; with a blocking client it runs in a worker thread.
+        Waiting for an approval sleeps with anyio (cancelling the task ends the wait)."""
+        client = self.client
+        if not isinstance(client, AsyncAuthzClient):
             return await anyio.to_thread.run_sync(self.check, tool_name, parameters)
+        decision = await self._ask_async(client, tool_name, parameters)
+        if self.wait_for_approval is None or not _awaitable(decision):
+            return _explained(decision)
+        waiting = _Waiting(self.wait_for_approval)
+        while decision.approval_id is not None and _awaitable(decision):
+            state: str | _Lost = _PENDING
+            while state == _PENDING:
+                pause = waiting.next_pause()
+                if pause is None:
+                    return _explained(decision, waited=waiting.seconds)
+                await _async_sleep(pause)
+                try:
+                    found: Approval | Exception = await client.approval(decision.approval_id)
+                except Exception as exc:  # as in check
+                    found = exc
+                state = _state(found)
+            if isinstance(state, _Lost):
+                return _explained(decision, note=state.note)
+            decision = await self._ask_async(client, tool_name, parameters)
+        return _explained(decision)
+
+    def _ask(
+        self, client: AuthzClient, tool_name: str, parameters: Mapping[str, Any] | None
+    ) -> Decision:
         try:
-            return await self.client.authorize(self.agent_id, tool_name, parameters)
-        except Exception as exc:  # as in check
+            return client.authorize(self.agent_id, tool_name, parameters)
+        except Exception as exc:  # a guard answers; it never lets a call through
+            failure = exc
+        return self._without_answer(failure)
+
+    async def _ask_async(
+        self, client: AsyncAuthzClient, tool_name: str, parameters: Mapping[str, Any] | None
+    ) -> Decision:
+        try:
+            return await client.authorize(self.agent_id, tool_name, parameters)
+        except Exception as exc:  # as in _ask
             failure = exc
         return self._without_answer(failure)
 
@@ -125,7 +216,8 @@ class Guard:
         """Decorate a sync or async handler: ``@guard.tool()``, ``@guard.tool("calendar.create")``
         or bare ``@guard.tool``. The tool name defaults to the function's name; the parameters
         sent are the call's arguments by parameter name (defaults included). A denied call
-        returns :func:`denied_result` and never reaches the handler. For MCP servers use
+        returns :func:`denied_result` and never reaches the handler (an escalated one, once
+        waited for if ``wait_for_approval`` says so, as well). For MCP servers use
         :meth:`protect` instead: the SDK would check a denial against the tool's output type."""
         if callable(name):
             return self._wrap(name, None)
@@ -241,3 +333,82 @@ def _is_async(handler: Callable[..., Any]) -> bool:
 
 def _refused(code: str, message: str) -> BadRequestError:
     return BadRequestError(message, code=code)
+
+
+# ------------------------------------------------------------------ waiting for an approval
+
+
+class _Waiting:
+    """One wait's clock: when it ends, and the pause before each look at the approval."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._deadline = _clock() + seconds
+        self._delay = FIRST_POLL_SECONDS
+
+    def next_pause(self) -> float | None:
+        """Seconds to sleep before the next look; None once the wait is over."""
+        remaining = self._deadline - _clock()
+        if remaining <= 0:
+            return None
+        pause = min(self._delay, remaining)
+        self._delay = min(self._delay * 2, MAX_POLL_SECONDS)
+        return pause
+
+
+@dataclasses.dataclass(frozen=True)
+class _Lost:
+    """The approval cannot be followed (the key may not read it, base_url is wrong, ...)."""
+
+    note: str
+
+
+_PENDING = "pending"  # look again
+_DECIDED = "decided"  # ask the service again
+
+
+def _state(found: Approval | Exception) -> str | _Lost:
+    """What a look at the approval means for the wait. Not pending any more (or gone: the
+    service will say why): ask again. An unusable answer, a rate limit or an error of any other
+    kind: look again later. A refusal (401, 403, another 4xx): stop waiting."""
+    if isinstance(found, Approval):
+        return _PENDING if found.pending else _DECIDED
+    if isinstance(found, BadRequestError) and found.status_code == 404:
+        return _DECIDED
+    if isinstance(found, AuthzError) and not isinstance(
+        found, ServiceUnavailableError | RateLimitError
+    ):
+        return _Lost(f"the approval cannot be read ({found.code}): {found.message}")
+    return _PENDING
+
+
+def _awaitable(decision: Decision) -> bool:
+    """An escalation from the service that names its approval: one a guard can wait for."""
+    return (
+        decision.outcome == "escalated"
+        and decision.approval_id is not None
+        and decision.error is None
+    )
+
+
+def _explained(
+    decision: Decision, *, waited: float | None = None, note: str | None = None
+) -> Decision:
+    """The decision a guard returns: an escalation has a reason saying that approval is
+    required, which approval, until when, how long the guard waited, and the service's reason."""
+    if decision.outcome != "escalated" or decision.allowed:
+        return decision
+    text = "approval required"
+    if decision.approval_id is not None:
+        text += f": approval {decision.approval_id} is pending"
+        if decision.approval_expires_at is not None:
+            text += f" until {_instant(decision.approval_expires_at)}"
+    if waited is not None:
+        text += f"; not decided within the {waited:g} s waited"
+    if note is not None:
+        text += f" ({note})"
+    return dataclasses.replace(decision, reason=f"{text}; {decision.reason}")
+
+
+def _instant(moment: datetime) -> str:
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

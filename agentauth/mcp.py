@@ -9,6 +9,12 @@ denial is not run through the tool's output schema) and never reaches the tool; 
 goes to the SDK's own handler unchanged. Tools added after ``protect`` are guarded too: the
 check is per call, keyed by name. ``server.call_tool`` (for code calling tools in-process) is
 guarded the same way.
+
+A call the service escalates to a human is denied the same way, with the text of
+:mod:`agentauth.guard` (approval required, the approval's id and expiry, the service's reason);
+a guard made with ``wait_for_approval`` first waits for the approval, then asks again, and the
+tool runs only if that answer allows. The MCP request stays open while the guard waits: keep the
+wait below the MCP client's request time-out.
 """
 
 from __future__ import annotations

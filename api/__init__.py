@@ -20,6 +20,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     from api import (
         agents,
         api_keys,
+        approvals,
         audit_logs,
         auth,
         authorize,
@@ -30,6 +31,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         observe,
         policies,
         sync_status,
+        webhooks,
     )
     from api.context import Services
 
@@ -44,8 +46,19 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     errors.register(app)
     observe.register(app)
     auth.register(app)
-    for module in (meta, metrics, authorize, agents, policies, api_keys, audit_logs, sync_status):
+    for module in (
+        meta,
+        metrics,
+        authorize,
+        agents,
+        policies,
+        api_keys,
+        audit_logs,
+        sync_status,
+        webhooks,
+    ):
         app.register_blueprint(module.bp)
+    app.register_blueprint(approvals.bp)
     app.register_blueprint(dashboard.bp)
     app.wsgi_app = authorize.FastPath(app, app.wsgi_app)  # type: ignore[method-assign]
     return app

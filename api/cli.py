@@ -134,7 +134,9 @@ def _scopes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[st
     known = {s.value for s in Scope}
     bad = [s for s in scopes if s not in known]
     if not scopes or bad or len(set(scopes)) != len(scopes):
-        raise click.BadParameter("a comma-separated list of admin, read-only (no repeats)")
+        raise click.BadParameter(
+            "a comma-separated list of admin, approver, read-only (no repeats)"
+        )
     return scopes
 
 
@@ -152,7 +154,9 @@ def _instant(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 
 @keys.command("create")
 @click.option("--name", required=True, help="a label for the key")
-@click.option("--scopes", required=True, callback=_scopes, help="admin, read-only or both")
+@click.option(
+    "--scopes", required=True, callback=_scopes, help="admin, approver, read-only, comma-separated"
+)
 @click.option("--workspace", default="default", show_default=True, help="created on first use")
 @click.option("--expires-at", callback=_instant, help="ISO 8601 expiry (default: never)")
 @click.option("--db", help=DATABASE_URL_HELP)

@@ -6,10 +6,15 @@
   500, never an allow);
 - ``agentauth_rate_limit_denials_total{limit}``: calls refused by a ``rate_limit`` rule
   (``limit="rule"``) or by the per-key request budget (``limit="key"``);
+- ``agentauth_webhook_deliveries_total{result}``: webhook delivery tries, counted by the
+  delivery worker (``api.outbox``): ``delivered``, ``retry`` (failed, tried again later) or
+  ``failed`` (failed for good, 24 hours after the event);
 - ``agentauth_requests_in_flight``: requests being served right now (the scrape included), the
   number a graceful shutdown waits for;
 - ``agentauth_sync_last_success_timestamp_seconds{workspace}`` and
   ``agentauth_sync_last_applied_info{workspace,revision}``: what the controller last applied,
+  read from the database at each scrape;
+- ``agentauth_approvals_pending{workspace}``: approvals waiting for a human now (unexpired),
   read from the database at each scrape.
 
 Under ``agentauth serve`` the counts are exact across worker processes (prometheus_client's
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import UTC
+from datetime import UTC, datetime
 
 from flask import Blueprint, Response
 from prometheus_client import (
@@ -39,8 +44,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from api.auth import public
-from api.context import services
+from api.context import now, services
 from core.domain.errors import StorageError
+from core.store.approvals import pending_by_workspace
 from core.store.database import Database
 from core.store.sync_status import applied_revisions
 
@@ -62,19 +68,25 @@ IN_FLIGHT = Gauge(
     multiprocess_mode="livesum",
 )
 RATE_LIMITED = Counter("agentauth_rate_limit_denials", "Calls refused by a rate limit", ["limit"])
-for _outcome in ("allowed", "denied"):  # present from the first scrape, at 0
+WEBHOOK_DELIVERIES = Counter(
+    "agentauth_webhook_deliveries", "Webhook delivery tries, by what came of them", ["result"]
+)
+for _outcome in ("allowed", "denied", "escalated"):  # present from the first scrape, at 0
     DECISIONS.labels(_outcome)
 for _limit in ("rule", "key"):
     RATE_LIMITED.labels(_limit)
+for _result in ("delivered", "retry", "failed"):
+    WEBHOOK_DELIVERIES.labels(_result)
 
 bp = Blueprint("metrics", __name__)
 
 
-class _SyncCollector(Collector):
-    """What the controller last applied, per workspace, read at scrape time."""
+class _DatabaseCollector(Collector):
+    """What the controller last applied, and the approvals pending, per workspace, read at
+    scrape time."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, db: Database, now: datetime) -> None:
+        self.db, self.now = db, now
 
     def collect(self) -> Iterator[Metric]:
         when = GaugeMetricFamily(
@@ -87,17 +99,26 @@ class _SyncCollector(Collector):
             "The revision of the policy repository in force (always 1)",
             labels=["workspace", "revision"],
         )
+        pending = GaugeMetricFamily(
+            "agentauth_approvals_pending",
+            "Approvals waiting for a human decision, unexpired",
+            labels=["workspace"],
+        )
         try:
             with self.db.transaction() as session:
                 rows = applied_revisions(session)
+                waiting = pending_by_workspace(session, self.now)
         except StorageError:
-            rows = []  # the scrape still answers; /readyz says the database is away
+            rows, waiting = [], []  # the scrape still answers; /readyz says the database is away
         for workspace, revision, at in rows:
             moment = at if at.tzinfo else at.replace(tzinfo=UTC)
             when.add_metric([workspace], moment.timestamp())
             info.add_metric([workspace, revision], 1.0)
+        for workspace, count in waiting:
+            pending.add_metric([workspace], float(count))
         yield when
         yield info
+        yield pending
 
 
 @bp.get("/metrics")
@@ -110,5 +131,5 @@ def metrics() -> Response:
     else:
         counts = generate_latest(REGISTRY)
     sync = CollectorRegistry()
-    sync.register(_SyncCollector(services().db))
+    sync.register(_DatabaseCollector(services().db, now()))
     return Response(counts + generate_latest(sync), content_type=CONTENT_TYPE_LATEST)

@@ -135,6 +135,87 @@ def _crud(noun: str, item: str, create: str, update: str | None) -> dict[str, An
     return paths
 
 
+def _approvals(paths: dict[str, Any]) -> None:
+    """``/v1/approvals`` (decisions §6)."""
+    one = {"200": _json(ref("approval.approval"), "the approval")}
+    statuses = ["pending", "approved", "denied", "expired", "used"]
+    filters = [
+        _q("status", {"enum": statuses}),
+        _q("agent_id", ref("common.uuid")),
+        _q("tool_name", ref("common.text")),
+    ]
+    paths["/v1/approvals"] = {
+        "get": _operation(
+            "list approvals, newest first (a pending or approved one past its expiry is expired)",
+            {"200": _json(_envelope("approval.approval"), "one page")},
+            query=filters + _paging(200),
+        )
+    }
+    paths["/v1/approvals/{id}"] = {"get": _operation("read an approval", one, path_id=True)}
+    for verb in ("approve", "deny"):
+        op = _operation(f"{verb} a pending approval", one, path_id=True, admin=True)
+        op["description"] = (
+            "Needs an API key with the admin or approver scope, other than every key that made "
+            "a call the approval matches. The body is optional."
+        )
+        op["requestBody"] = {
+            "required": False,
+            "content": {JSON: {"schema": ref("approval.decide")}},
+        }
+        op["responses"]["403"] = _json(
+            ref("common.error"),
+            "the key's scope does not permit deciding (INSUFFICIENT_SCOPE), or the key made a "
+            "call the approval matches (SELF_APPROVAL_FORBIDDEN)",
+        )
+        op["responses"]["409"] = _json(
+            ref("common.error"), "the approval is decided, used or expired (APPROVAL_NOT_PENDING)"
+        )
+        op["responses"]["413"] = _json(ref("common.error"), "request body over 1 MiB")
+        paths[f"/v1/approvals/{{id}}/{verb}"] = {"post": op}
+
+
+def _webhooks(paths: dict[str, Any]) -> None:
+    """``/v1/webhooks`` (decisions §6): every operation needs the admin scope."""
+    item = "webhook.webhook"
+    create = _operation(
+        "create a webhook; the answer holds its secret, shown this once",
+        {"201": _json(ref(item), "the new webhook, with its secret")},
+        body="webhook.create",
+        admin=True,
+    )
+    create["responses"]["400"] = _json(
+        ref("common.error"),
+        "invalid body, or a url whose host cannot be resolved or resolves to a loopback, "
+        "private, link-local or other non-public address (VALIDATION_ERROR)",
+    )
+    paths["/v1/webhooks"] = {
+        "post": create,
+        "get": _operation(
+            "list webhooks, newest first",
+            {"200": _json(_envelope(item), "one page")},
+            query=_paging(200),
+            admin=True,
+        ),
+    }
+    paths["/v1/webhooks/{id}"] = {
+        "delete": _operation(
+            "delete a webhook; its pending deliveries are never made",
+            {"204": {"description": "deleted"}},
+            path_id=True,
+            admin=True,
+        )
+    }
+    paths["/v1/webhooks/{id}/deliveries"] = {
+        "get": _operation(
+            "a webhook's delivery records, newest first",
+            {"200": _json(_envelope("webhook.delivery"), "one page")},
+            query=_paging(200),
+            path_id=True,
+            admin=True,
+        )
+    }
+
+
 @cache
 def document() -> dict[str, Any]:
     paths: dict[str, Any] = {}
@@ -192,6 +273,8 @@ def document() -> dict[str, Any]:
             query=filters,
         )
     }
+    _approvals(paths)
+    _webhooks(paths)
     paths["/v1/sync-status"] = {
         "get": _operation(
             "what the GitOps controller last applied to this workspace (extension; any scope)",

@@ -47,9 +47,14 @@ def serve(settings: Settings, host: str, port: int, workers: int, threads: int) 
     each scrape."""
     with tempfile.TemporaryDirectory(prefix="agentauth-metrics-") as folder:
         os.environ[MULTIPROCESS_ENV] = folder  # before the workers import prometheus_client
+        from api.outbox import DeliveryProcess  # (it imports prometheus_client too)
+
+        # webhook deliveries: one child process per server, counting in the same folder
+        deliveries = DeliveryProcess(settings)
         try:
             _run(settings, host, port, workers, threads)
         finally:
+            deliveries.stop()
             os.environ.pop(MULTIPROCESS_ENV, None)
 
 

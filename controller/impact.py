@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from controller.plan import Plan
 from controller.repo import DesiredPolicy, Repo
+from core.domain.approvals import MemoryApprovals
 from core.domain.compiler import compile_policy
 from core.domain.engine import (
     CompiledPolicy,
@@ -62,6 +63,14 @@ def _never_exhausted(limits: Sequence[RateLimitRef], now: datetime) -> RateLimit
     return None
 
 
+def _decide(policies: Sequence[CompiledPolicy], call: Call) -> Decision:
+    """No approval was ever granted in a replay: a call that needs one is escalated (and so
+    not allowed), on both sides alike."""
+    evaluated = evaluate(policies, call.tool, call.parameters, call.at)
+    approvals = MemoryApprovals().for_call(call.tool, call.parameters)
+    return settle(evaluated, _never_exhausted, approvals)
+
+
 def replay(
     agent: str,
     before: Sequence[CompiledPolicy],
@@ -73,8 +82,8 @@ def replay(
     examples: list[Flip] = []
     for call in calls:
         replayed += 1
-        old = settle(evaluate(before, call.tool, call.parameters, call.at), _never_exhausted)
-        new = settle(evaluate(after, call.tool, call.parameters, call.at), _never_exhausted)
+        old = _decide(before, call)
+        new = _decide(after, call)
         if old.allowed == new.allowed:
             continue
         if old.allowed:

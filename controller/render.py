@@ -143,7 +143,7 @@ def _impact_lines(impact: AgentImpact) -> list[str]:
 
 
 def _flip_line(flip: Flip) -> str:
-    direction = "allowed -> denied" if flip.before.allowed else "denied -> allowed"
+    direction = f"{flip.before.outcome} -> {flip.after.outcome}"  # escalated is not allowed
     call = flip.call
     return (
         f"{direction}: {call.tool} {value(call.parameters)} at {call.at.isoformat()}: "
@@ -212,8 +212,16 @@ def _impact_json(impact: AgentImpact) -> dict[str, Any]:
                 "tool": f.call.tool,
                 "parameters": f.call.parameters,
                 "at": f.call.at.isoformat(),
-                "before": {"allowed": f.before.allowed, "reason": f.before.reason},
-                "after": {"allowed": f.after.allowed, "reason": f.after.reason},
+                "before": {
+                    "allowed": f.before.allowed,
+                    "outcome": f.before.outcome,
+                    "reason": f.before.reason,
+                },
+                "after": {
+                    "allowed": f.after.allowed,
+                    "outcome": f.after.outcome,
+                    "reason": f.after.reason,
+                },
             }
             for f in impact.examples
         ],

@@ -5,8 +5,11 @@ repository's policies compiled by ``controller.impact.compile_desired``), with n
 Semantics (decisions §5): the clock is fixed at the document's ``now``; one set of in-memory
 rate-limit counters per document, shared by its cases in order, so the N+1th call in a window
 is denied; an agent whose file sets ``status: suspended | revoked`` is denied every call before
-any policy is read, as the server does. A case passes when ``allowed`` matches and, when given,
-the deciding policy's name equals ``policy`` and ``reason`` is a substring of the actual reason.
+any policy is read, as the server does. No approval is ever granted offline: a call a
+require_approval rule sends to a human is escalated (identical calls of a document share its
+pending approval). A case passes when ``allowed`` and ``outcome`` match (those given:
+``allowed: false`` holds for an escalated call), and, when given, the deciding policy's name
+equals ``policy`` and ``reason`` is a substring of the actual reason.
 
 Also the reports of a run: the text lines of failures and passes, the summary, and JUnit XML.
 Called by the ``test`` verb of ``controller.cli``.
@@ -25,6 +28,7 @@ from typing import Any
 from controller.impact import compile_desired
 from controller.load import Document
 from controller.repo import Repo
+from core.domain.approvals import MemoryApprovals
 from core.domain.clock import isoformat, parse_instant
 from core.domain.engine import (
     CompiledPolicy,
@@ -42,13 +46,17 @@ BLOCKING_STATUSES = ("suspended", "revoked")
 @dataclass(frozen=True)
 class CaseResult:
     """One case: what was expected, what the engine decided, and which expectations failed
-    (``mismatches`` holds ``allowed``, ``policy`` and/or ``reason``; empty when it passed)."""
+    (``mismatches`` holds ``allowed``, ``outcome``, ``policy`` and/or ``reason``; empty when it
+    passed). ``expected_allowed`` and ``expected_outcome`` are None when the case left them
+    out."""
 
     name: str
     tool: str
     line: int
-    expected_allowed: bool
+    expected_allowed: bool | None
     actual_allowed: bool
+    expected_outcome: str | None
+    actual_outcome: str
     expected_policy: str | None
     actual_policy: str | None  # the deciding policy's metadata.name; None: no policy decided
     expected_reason: str | None
@@ -129,15 +137,17 @@ def _run_document(
     names: dict[str, str],
 ) -> DocumentResult:
     now = parse_instant(document.spec["now"])
-    counters = MemoryCounters()  # one per document: its cases share the rate-limit windows
+    # one of each per document: its cases share the rate-limit windows and pending approvals
+    counters, approvals = MemoryCounters(), MemoryApprovals()
     cases = []
     for index, case in enumerate(document.spec["cases"]):
         started = time.perf_counter()
         if blocked is not None:
             decision = deny_agent_status(blocked)
         else:
-            parameters = case.get("parameters") or {}
-            decision = settle(evaluate(policies, case["tool"], parameters, now), counters)
+            tool, parameters = case["tool"], case.get("parameters") or {}
+            evaluated = evaluate(policies, tool, parameters, now)
+            decision = settle(evaluated, counters, approvals.for_call(tool, parameters))
         duration = time.perf_counter() - started
         line = document.locate(f"spec.cases[{index}]")[0]
         cases.append(_judge(index, case, decision, names, line, duration))
@@ -156,9 +166,12 @@ def _judge(
 ) -> CaseResult:
     actual_policy = None if decision.policy_id is None else names.get(decision.policy_id)
     expected_policy, expected_reason = case.get("policy"), case.get("reason")
+    expected_allowed, expected_outcome = case.get("allowed"), case.get("outcome")
     mismatches = []
-    if decision.allowed != case["allowed"]:
+    if expected_allowed is not None and decision.allowed != expected_allowed:
         mismatches.append("allowed")
+    if expected_outcome is not None and decision.outcome != expected_outcome:
+        mismatches.append("outcome")
     if expected_policy is not None and actual_policy != expected_policy:
         mismatches.append("policy")
     if expected_reason is not None and expected_reason not in decision.reason:
@@ -167,8 +180,10 @@ def _judge(
         name=case_name(index, case),
         tool=case["tool"],
         line=line,
-        expected_allowed=case["allowed"],
+        expected_allowed=expected_allowed,
         actual_allowed=decision.allowed,
+        expected_outcome=expected_outcome,
+        actual_outcome=decision.outcome,
         expected_policy=expected_policy,
         actual_policy=actual_policy,
         expected_reason=expected_reason,
@@ -194,19 +209,21 @@ def _escaped(match: re.Match[str]) -> str:
     return ascii(match.group())[1:-1]
 
 
-def _outcome(allowed: bool) -> str:
-    return "allowed" if allowed else "denied"
+def _expected_outcome(case: CaseResult) -> str:
+    if case.expected_outcome is not None:
+        return case.expected_outcome
+    return "allowed" if case.expected_allowed else "denied"  # allowed: false, escalated too
 
 
 def expectation(case: CaseResult) -> str:
     """``expected denied by policy 'p' with a reason containing '...', got allowed by policy
     'q' (reason: ...)``."""
-    expected = f"expected {_outcome(case.expected_allowed)}"
+    expected = f"expected {_expected_outcome(case)}"
     if case.expected_policy is not None:
         expected += f" by policy '{case.expected_policy}'"
     if case.expected_reason is not None:
         expected += f" with a reason containing '{case.expected_reason}'"
-    got = f"got {_outcome(case.actual_allowed)}"
+    got = f"got {case.actual_outcome}"
     got += f" by policy '{case.actual_policy}'" if case.actual_policy else ", no policy decided"
     return f"{expected}, {got} (reason: {case.actual_reason})"
 
@@ -215,7 +232,7 @@ def case_line(document: DocumentResult, case: CaseResult) -> str:
     """``FAIL file:line agent "case name": expected ..., got ...`` (or ``PASS ...``)."""
     where = f'{document.file}:{case.line} {document.agent} "{case.name}"'
     if case.passed:
-        line = f"PASS {where}: {_outcome(case.actual_allowed)} ({case.actual_reason})"
+        line = f"PASS {where}: {case.actual_outcome} ({case.actual_reason})"
     else:
         line = f"FAIL {where}: {expectation(case)}"
     return _CONTROL.sub(_escaped, line)  # names and tools from a file never drive the terminal

@@ -36,6 +36,8 @@ class Settings:
     sqlite_busy_timeout_ms: int = 30_000
     #: where the controller caches parsed policy files ("" turns the cache off)
     cache_dir: str = ""
+    #: webhooks may reach loopback, private, link-local and other non-public addresses
+    webhook_allow_private: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -47,6 +49,7 @@ class Settings:
             sqlite_synchronous=env.get("AGENTAUTH_SQLITE_SYNCHRONOUS", "FULL").upper(),
             sqlite_busy_timeout_ms=_int(env, "AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS", 30_000),
             cache_dir=env.get("AGENTAUTH_CACHE_DIR", _default_cache_dir(env)),
+            webhook_allow_private=_bool(env, "AGENTAUTH_WEBHOOK_ALLOW_PRIVATE", False),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.check()
@@ -69,6 +72,17 @@ def _default_cache_dir(env: Mapping[str, str]) -> str:
         os.path.join(env["HOME"], ".cache") if env.get("HOME") else ""
     )
     return os.path.join(base, "agentauth") if base else ""
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    if raw in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

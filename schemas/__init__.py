@@ -36,6 +36,8 @@ FILES = (
     "audit.json",
     "document.json",
     "sync-status.json",
+    "approval.json",
+    "webhook.json",
 )
 
 

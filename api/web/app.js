@@ -45,6 +45,22 @@ function when(text) {
   return isNaN(moment) ? text : moment.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
 }
 
+// how far a moment is from now, in the largest whole unit: "in 59 min", "3 h ago"
+function relative(text) {
+  const moment = new Date(text);
+  if (!text || isNaN(moment)) return "";
+  const ms = moment.getTime() - Date.now();
+  const s = Math.floor(Math.abs(ms) / 1000);
+  const span = s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min`
+    : s < 86400 ? `${Math.floor(s / 3600)} h` : `${Math.floor(s / 86400)} d`;
+  return ms >= 0 ? `in ${span}` : `${span} ago`;
+}
+
+// a moment as the page shows the ones a person acts on: how far away, then exactly when
+function timeCell(text) {
+  return [h("span", {}, relative(text)), h("div", { class: "muted small" }, when(text))];
+}
+
 function badge(text, kind) {
   return h("span", { class: `badge ${kind || text}` }, text);
 }
@@ -189,16 +205,30 @@ function signOut(why) {
   if (why) say(why);
 }
 
-// Only a 403 from GET /v1/api-keys (admin-only) says the key is read-only; any other failure
-// is thrown, so the person is told and not signed in with a guessed scope.
+function mayDecide() {
+  return isAdmin() || sessionStorage.getItem(SCOPE_STORE) === "approver";
+}
+
+// any well-formed id: the scope probe below never looks one up
+const NO_APPROVAL = "00000000-0000-4000-8000-000000000000";
+
+// Only a 403 from GET /v1/api-keys (admin-only) says the key is not admin. Then an OPTIONS
+// request to the approve route tells approver from read-only: OPTIONS is a safe method (it
+// reads nothing and changes nothing; the service answers it with the route's Allow header and
+// no lookup), but it passes the same scope check as the POST it describes, so 2xx means the key
+// may decide approvals and 403 means it may not. Nothing is approved, denied or attempted. Any
+// other failure is thrown, so the person is told and not signed in with a guessed scope.
 async function probeScope(key) {
   try {
     await api("GET", "/v1/api-keys", { params: { limit: 1 }, key });
     return "admin";
   } catch (error) {
-    if (error instanceof ApiError && error.status === 403) return "read-only";
-    throw error;
+    if (!(error instanceof ApiError && error.status === 403)) throw error;
   }
+  const response = await call("OPTIONS", `/v1/approvals/${NO_APPROVAL}/approve`, { key });
+  if (response.ok) return "approver";
+  if (response.status === 403) return "read-only";
+  throw await refusal(response);
 }
 
 function signInPage() {
@@ -292,6 +322,34 @@ function constraintTexts(name, constraint) {
   return out;
 }
 
+// the same constraint, as the condition that makes a call need a person's approval
+function breachText(name, constraint) {
+  const out = [];
+  if (constraint.min !== undefined) out.push(`${name} is below ${constraint.min}`);
+  if (constraint.max !== undefined) out.push(`${name} is above ${constraint.max}`);
+  if (constraint.enum !== undefined) out.push(`${name} is not in {${constraint.enum.join(", ")}}`);
+  if (constraint.regex !== undefined) out.push(`${name} does not match /${constraint.regex}/`);
+  return out;
+}
+
+// seconds as the largest whole unit: "1 h", "90 min", "7 d", "45 s"
+function duration(seconds) {
+  const units = [[86400, "d"], [3600, "h"], [60, "min"]];
+  for (const [size, unit] of units) if (seconds % size === 0) return `${seconds / size} ${unit}`;
+  return `${seconds} s`;
+}
+
+function approvalText(rule) {
+  const all = !rule.tools || (rule.tools.length === 1 && rule.tools[0] === "*");
+  const lasts = rule.approval && rule.approval.ttlSeconds !== undefined
+    ? ` (approval lasts ${duration(rule.approval.ttlSeconds)})` : "";
+  const breaches = Object.entries(rule.parameters || {}).flatMap(([n, c]) => breachText(n, c));
+  if (!breaches.length) {
+    return `needs a person's approval for every call${all ? "" : ` of ${toolsText(rule)}`}${lasts}`;
+  }
+  return `needs a person's approval for ${all ? "any tool" : toolsText(rule)} when ${breaches.join(" or ")}${lasts}`;
+}
+
 function ruleText(rule) {
   const on = rule.tools && !(rule.tools.length === 1 && rule.tools[0] === "*")
     ? ` (on ${toolsText(rule)})` : "";
@@ -314,6 +372,8 @@ function ruleText(rule) {
         : "all day";
       return `${days} ${hours} ${w.timezone || "UTC"}${on}`;
     }
+    case "require_approval":
+      return approvalText(rule);
     default:
       return JSON.stringify(rule);
   }
@@ -420,6 +480,23 @@ async function agentPage(id) {
   h("p", {}, h("a", { href: `#/audit?agent_id=${agent.id}` }, "All decisions of this agent →")));
 }
 
+const RESULT_KINDS = { allowed: "active", denied: "revoked", escalated: "pending" };
+const ACTION_WORDS = { "approval.approve": "approval approved", "approval.deny": "approval denied" };
+
+// what an entry did, beyond its result: an approval decided by a person, or the approval an
+// escalated call waits for (or that allowed or denied it), linked to that approval
+function entryNotes(entry) {
+  const notes = [];
+  if (entry.action && entry.action !== "authorize") {
+    notes.push(h("div", { class: "small" }, badge(ACTION_WORDS[entry.action] || entry.action, "plain")));
+  }
+  if (entry.approvalId) {
+    notes.push(h("div", { class: "small" }, h("a", { href: `#/approvals/${entry.approvalId}`,
+      class: "approval-link", title: entry.approvalId }, `approval ${entry.approvalId.slice(0, 8)}…`)));
+  }
+  return notes;
+}
+
 function entriesTable(entries, names) {
   return scroller(h("table", { id: "entries" },
     h("thead", {}, h("tr", {}, h("th", {}, "Time"), h("th", {}, "Agent"), h("th", {}, "Tool"),
@@ -428,7 +505,7 @@ function entriesTable(entries, names) {
       h("td", { class: "nowrap" }, when(entry.timestamp)),
       h("td", {}, h("a", { href: `#/agents/${entry.agentId}` }, names[entry.agentId] || entry.agentId)),
       h("td", { class: "mono" }, entry.toolName),
-      h("td", {}, badge(entry.result, entry.result === "allowed" ? "active" : "revoked")),
+      h("td", {}, badge(entry.result, RESULT_KINDS[entry.result] || "revoked"), entryNotes(entry)),
       h("td", {}, entry.reason),
       h("td", { class: "num" }, entry.latencyMs === null ? "" : Number(entry.latencyMs).toFixed(1)),
       h("td", {}, h("details", {}, h("summary", {}, counted(Object.keys(entry.parameters || {}).length, "parameter")),
@@ -550,6 +627,7 @@ async function keysPage(args, shown) {
   h("label", {}, h("span", {}, "Name"), h("input", { name: "name", required: true, maxlength: 255 })),
   h("fieldset", {}, h("legend", {}, "Scopes"),
     h("label", { class: "inline" }, h("input", { type: "checkbox", name: "scopes", value: "read-only", checked: true }), " read-only"),
+    h("label", { class: "inline" }, h("input", { type: "checkbox", name: "scopes", value: "approver" }), " approver"),
     h("label", { class: "inline" }, h("input", { type: "checkbox", name: "scopes", value: "admin" }), " admin")),
   h("label", {}, h("span", {}, "Expires (end of day, UTC; optional)"), h("input", { name: "expires", type: "date" })),
   h("div", { class: "actions" }, h("button", { type: "submit" }, "Create key")));
@@ -601,6 +679,251 @@ function showNewKey(box, key) {
   box.hidden = false;
 }
 
+// ------------------------------------------------------------------------------ approvals
+
+const APPROVAL_STATUSES = ["pending", "approved", "denied", "expired", "used"];
+const APPROVAL_FILTERS = ["status", "agent_id", "tool_name"];
+
+// The service's refusals of a decision, in words a person can act on (its answer follows them)
+const DECISION_REFUSALS = {
+  SELF_APPROVAL_FORBIDDEN: "This key may not decide this approval: it made the call that asked " +
+    "for it (or an identical call), and nobody approves their own request. Another person must " +
+    "decide it, signed in with an admin or approver key of their own.",
+  APPROVAL_NOT_PENDING: "This approval no longer waits for a decision: it was decided, used or " +
+    "has expired meanwhile. The page now shows where it stands.",
+  INSUFFICIENT_SCOPE: "This key may not decide approvals: that needs a key with the admin or " +
+    "approver scope.",
+  APPROVAL_NOT_FOUND: "This approval no longer exists (its agent may have been deleted).",
+};
+
+// the number of pending approvals, beside Approvals in the navigation; an answer older than the
+// latest request (or one arriving after signing out) is dropped
+let counting = 0;
+
+async function refreshPending() {
+  const mine = ++counting;
+  const box = $("pending-count");
+  if (!sessionStorage.getItem(KEY_STORE)) {
+    box.hidden = true;
+    return;
+  }
+  try {
+    const page = await api("GET", "/v1/approvals", { params: { status: "pending", limit: 1 } });
+    if (mine !== counting) return;
+    const n = page.pagination.total;
+    box.textContent = String(n);
+    box.title = `${counted(n, "approval")} waiting for a decision`;
+    box.hidden = n === 0;
+  } catch (_) {
+    if (mine === counting) box.hidden = true;  // the page's own requests say what failed
+  }
+}
+
+// the approval's name for a person: the tool and the agent that called it
+function callOf(approval, ctx) {
+  return `the call of ${approval.toolName} by agent “${ctx.names[approval.agentId] || approval.agentId}”`;
+}
+
+function policyCell(approval, ctx) {
+  const policy = ctx.policies[approval.policyId];
+  if (!policy) {
+    return [h("span", { class: "muted" }, "a policy since deleted"),
+      h("div", { class: "muted mono small" }, approval.policyId)];
+  }
+  const rule = policy.rules[approval.ruleIndex];
+  return [h("a", { href: `#/agents/${approval.agentId}`, title: policy.id }, policy.name),
+    h("div", { class: "muted small", title: `rule index ${approval.ruleIndex}` },
+      rule ? ruleText(rule) : `rule index ${approval.ruleIndex} (the policy has changed since)`)];
+}
+
+// who decided and when, their comment, and when the approval was used
+function decisionText(approval) {
+  const out = [];
+  if (approval.decidedAt) {
+    const by = approval.decidedBy ? approval.decidedBy.name : "a key since revoked";
+    // a denied approval stays denied; a decided one that reads otherwise (approved, used, or
+    // expired unused) was approved
+    const verb = approval.status === "denied" ? "denied" : "approved";
+    out.push(h("div", { class: "muted small" }, `${verb} by ${by}, ${when(approval.decidedAt)}`));
+  }
+  if (approval.comment) out.push(h("div", { class: "small comment" }, `“${approval.comment}”`));
+  if (approval.usedAt) out.push(h("div", { class: "muted small" }, `used ${when(approval.usedAt)}`));
+  return out;
+}
+
+function decideControls(approval, ctx) {
+  const comment = h("input", { name: "comment", maxlength: 2000, placeholder: "Comment (optional)",
+    "aria-label": "Comment", autocomplete: "off" });
+  const decide = (verb, path, consequence, done) => async () => {
+    const ok = await confirmAction(`${verb} ${callOf(approval, ctx)}? ${consequence}`, verb);
+    if (!ok) return;
+    const text = comment.value.trim();
+    try {
+      await api("POST", `/v1/approvals/${approval.id}/${path}`, { body: text ? { comment: text } : {} });
+    } catch (error) {
+      await refuseDecision(error, ctx);
+      return;
+    }
+    say(done, "ok");
+    refreshPending();
+    try {
+      await ctx.after();
+    } catch (error) {
+      fail(error);
+    }
+  };
+  const until = when(approval.expiresAt);
+  return h("div", { class: "decide" }, comment,
+    h("div", { class: "actions" },
+      h("button", { type: "button", class: "approve", onclick: decide("Approve", "approve",
+        `Its next identical call will be allowed, once, until ${until}.`,
+        `Approved: the next identical call of ${approval.toolName} by “${ctx.names[approval.agentId] || approval.agentId}” will be allowed once.`) },
+      "Approve"),
+      h("button", { type: "button", class: "danger", onclick: decide("Deny", "deny",
+        `Identical calls will be denied until ${until}.`,
+        `Denied: identical calls of ${approval.toolName} by “${ctx.names[approval.agentId] || approval.agentId}” will be denied until ${until}.`) },
+      "Deny")));
+}
+
+async function refuseDecision(error, ctx) {
+  if (!(error instanceof ApiError && DECISION_REFUSALS[error.code])) {
+    fail(error);
+    return;
+  }
+  say(`${DECISION_REFUSALS[error.code]} ${describe(error)}`);
+  if (error.code === "APPROVAL_NOT_PENDING") {
+    refreshPending();
+    try {
+      await ctx.after();  // show what became of it
+    } catch (later) {
+      fail(later);
+    }
+  }
+}
+
+function approvalsTable(id, approvals, ctx) {
+  const deciding = mayDecide() && approvals.some((a) => a.status === "pending");
+  return scroller(h("table", { id, class: "approvals" },
+    h("thead", {}, h("tr", {}, h("th", {}, "Status"), h("th", {}, "Requested"), h("th", {}, "Agent"),
+      h("th", {}, "Tool"), h("th", {}, "Parameters"), h("th", {}, "Policy"), h("th", {}, "Expires"),
+      deciding ? h("th", {}, "Decision") : null)),
+    h("tbody", {}, approvals.map((approval) => h("tr", { "data-approval": approval.id },
+      h("td", {}, badge(approval.status), decisionText(approval)),
+      h("td", { class: "nowrap" }, h("a", { href: `#/approvals/${approval.id}`, title: approval.id },
+        relative(approval.createdAt)), h("div", { class: "muted small" }, when(approval.createdAt))),
+      h("td", {}, h("a", { href: `#/agents/${approval.agentId}` }, ctx.names[approval.agentId] || approval.agentId)),
+      h("td", { class: "mono" }, approval.toolName),
+      h("td", {}, h("pre", { class: "parameters" }, JSON.stringify(approval.parameters, null, 2))),
+      h("td", { class: "policy" }, policyCell(approval, ctx)),
+      h("td", { class: "nowrap expires" }, timeCell(approval.expiresAt)),
+      deciding ? h("td", {}, approval.status === "pending" ? decideControls(approval, ctx) : null)
+        : null)))));
+}
+
+function readOnlyNote() {
+  return mayDecide() ? null : h("p", { id: "approvals-read-only", class: "muted" },
+    "Deciding needs a key with the admin or approver scope: this one may read approvals only.");
+}
+
+// Pending approvals first, all of them; then the rest of the workspace's approvals, newest
+// first, a page at a time. A status filter shows the approvals of that status only.
+async function approvalsPage(args) {
+  const token = generation;
+  const filters = Object.fromEntries(APPROVAL_FILTERS.map((name) => [name, args.get(name) || ""]));
+  const offset = Number(args.get("offset") || 0);
+  const [agents, policies, page, waiting] = await Promise.all([
+    everything("/v1/agents", {}),
+    everything("/v1/policies", {}),
+    api("GET", "/v1/approvals", { params: { ...filters, limit: PAGE, offset } }),
+    filters.status ? null : everything("/v1/approvals", { ...filters, status: "pending" }),
+  ]);
+  const ctx = {
+    names: Object.fromEntries(agents.map((a) => [a.id, a.name])),
+    policies: Object.fromEntries(policies.map((p) => [p.id, p])),
+    after: () => approvalsPage(args),
+  };
+  const field = (label, control) => h("label", {}, h("span", {}, label), control);
+  const form = h("form", { id: "approval-filters", class: "filters", onsubmit: (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const chosen = {};
+    for (const name of APPROVAL_FILTERS) if (data.get(name)) chosen[name] = data.get(name);
+    location.hash = `#/approvals${query(chosen)}`;
+  } },
+  field("Status", h("select", { name: "status" },
+    h("option", { value: "" }, "pending first, then the rest"),
+    APPROVAL_STATUSES.map((s) => h("option", { value: s, selected: s === filters.status }, s)))),
+  field("Agent", h("select", { name: "agent_id" }, h("option", { value: "" }, "any"),
+    agents.map((a) => h("option", { value: a.id, selected: a.id === filters.agent_id }, a.name)))),
+  field("Tool", h("input", { name: "tool_name", value: filters.tool_name, placeholder: "exact name" })),
+  h("div", { class: "actions" },
+    h("button", { type: "submit" }, "Apply filters"),
+    h("button", { type: "button", class: "secondary", onclick: () => { location.hash = "#/approvals"; } }, "Clear")));
+  const go = (o) => { location.hash = `#/approvals${query({ ...filters, offset: o })}`; };
+  const head = h("section", { class: "panel" }, h("h1", {}, "Approvals"), readOnlyNote(), form);
+  if (filters.status) {
+    show(token, head, h("section", { class: "panel" },
+      page.data.length ? approvalsTable("approvals", page.data, ctx)
+        : h("p", { class: "muted" }, "No approvals match."),
+      pager(page, go)));
+    return;
+  }
+  const shown = new Set(waiting.map((a) => a.id));
+  const rest = page.data.filter((a) => a.status !== "pending" && !shown.has(a.id));
+  show(token, head,
+    h("section", { class: "panel" },
+      h("h2", {}, `Waiting for a decision: ${counted(waiting.length, "approval")}`),
+      waiting.length ? approvalsTable("pending-approvals", waiting, ctx)
+        : h("p", { class: "muted" }, "Nothing waits for a decision.")),
+    h("section", { class: "panel" },
+      h("h2", {}, "Decided, used and expired"),
+      h("p", { class: "muted small" }, "Newest first. The pager counts every approval, the pending ones above included."),
+      rest.length ? approvalsTable("approvals", rest, ctx)
+        : h("p", { class: "muted" }, "None on this page."),
+      pager(page, go)));
+}
+
+// an answer of 404 as nothing, for what may have been deleted since
+async function unlessGone(promise) {
+  try {
+    return await promise;
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) return null;
+    throw error;
+  }
+}
+
+async function approvalPage(id) {
+  const token = generation;
+  const approval = await api("GET", `/v1/approvals/${encodeURIComponent(id)}`);
+  const [agent, policy] = await Promise.all([
+    unlessGone(api("GET", `/v1/agents/${approval.agentId}`)),
+    unlessGone(api("GET", `/v1/policies/${approval.policyId}`)),
+  ]);
+  const ctx = {
+    names: agent ? { [agent.id]: agent.name } : {},
+    policies: policy ? { [policy.id]: policy } : {},
+    after: () => approvalPage(id),
+  };
+  const row = (label, ...value) => [h("dt", {}, label), h("dd", {}, ...value)];
+  show(token, h("section", { class: "panel", id: "approval", "data-approval": approval.id },
+    h("p", {}, h("a", { href: "#/approvals" }, "← Approvals")),
+    h("h1", {}, `Approval of ${approval.toolName} `, badge(approval.status)),
+    readOnlyNote(),
+    h("dl", { class: "facts" },
+      row("Agent", h("a", { href: `#/agents/${approval.agentId}` }, ctx.names[approval.agentId] || approval.agentId)),
+      row("Tool", h("span", { class: "mono" }, approval.toolName)),
+      row("Parameters", h("pre", { class: "parameters" }, JSON.stringify(approval.parameters, null, 2))),
+      row("Policy", policyCell(approval, ctx)),
+      row("Requested", timeCell(approval.createdAt)),
+      row("Expires", timeCell(approval.expiresAt)),
+      row("Decision", approval.decidedAt ? decisionText(approval) : "none yet"),
+      row("Requested by key", h("span", { class: "mono small" }, approval.requestedByKeyId || "—")),
+      row("Parameters digest", h("span", { class: "mono small" }, approval.parametersDigest)),
+      row("ID", h("span", { class: "mono small" }, approval.id))),
+    mayDecide() && approval.status === "pending" ? decideControls(approval, ctx) : null));
+}
+
 async function syncPage() {
   const token = generation;
   const status = await api("GET", "/v1/sync-status");
@@ -624,20 +947,23 @@ async function syncPage() {
 
 // ---------------------------------------------------------------------------------- routing
 
-const PAGES = { agents: agentsPage, audit: auditPage, keys: keysPage, sync: syncPage };
+const PAGES = { agents: agentsPage, approvals: approvalsPage, audit: auditPage, keys: keysPage,
+  sync: syncPage };
 
 async function route() {
   const mine = ++generation;
   const key = sessionStorage.getItem(KEY_STORE);
   $("nav").hidden = !key;
   $("who").hidden = !key;
+  refreshPending();  // on every page change, and on signing in or out
   if (!key) {
     signInPage();
     return;
   }
+  const scope = sessionStorage.getItem(SCOPE_STORE);
   $("who-key").textContent = `${key.slice(0, 10)}…`;
-  $("who-scope").textContent = sessionStorage.getItem(SCOPE_STORE);
-  $("who-scope").className = `badge ${isAdmin() ? "active" : "suspended"}`;
+  $("who-scope").textContent = scope;
+  $("who-scope").className = `badge ${{ admin: "active", approver: "approver" }[scope] || "suspended"}`;
   const [path, search] = (location.hash.slice(1) || "/agents").split("?");
   const parts = path.split("/").filter(Boolean);
   const args = new URLSearchParams(search || "");
@@ -646,6 +972,7 @@ async function route() {
   }
   try {
     if (parts[0] === "agents" && parts[1]) await agentPage(parts[1]);
+    else if (parts[0] === "approvals" && parts[1]) await approvalPage(parts[1]);
     else await (PAGES[parts[0]] || agentsPage)(args);
   } catch (error) {
     if (mine === generation) fail(error);  // a page left behind has nobody to tell

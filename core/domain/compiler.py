@@ -15,6 +15,9 @@ from zoneinfo import ZoneInfo
 import re2
 
 from core.domain.engine import (
+    DEFAULT_APPROVAL_TTL_SECONDS,
+    MAX_APPROVAL_TTL_SECONDS,
+    MIN_APPROVAL_TTL_SECONDS,
     CompiledPolicy,
     CompiledRule,
     Decision,
@@ -71,13 +74,19 @@ def _compile_rule(
         return CompiledRule(index, kind, tools, limit=limit)
     if kind is RuleType.TIME_BASED:
         return CompiledRule(index, kind, tools, window=_compile_window(raw["timeWindow"], at))
-    if kind is RuleType.PARAMETER_CONSTRAINT:
-        constraints = tuple(
-            _compile_constraint(param, spec, f"{at}.parameters.{param}")
-            for param, spec in (raw.get("parameters") or {}).items()
-        )
-        return CompiledRule(index, kind, tools, constraints=constraints)
-    return CompiledRule(index, kind, tools)
+    constraints = tuple(
+        _compile_constraint(param, spec, f"{at}.parameters.{param}")
+        for param, spec in (raw.get("parameters") or {}).items()
+    )
+    if kind is RuleType.REQUIRE_APPROVAL:
+        ttl = int((raw.get("approval") or {}).get("ttlSeconds", DEFAULT_APPROVAL_TTL_SECONDS))
+        if not MIN_APPROVAL_TTL_SECONDS <= ttl <= MAX_APPROVAL_TTL_SECONDS:
+            raise PolicyCompileError(
+                f"{at}.approval.ttlSeconds",
+                f"must be {MIN_APPROVAL_TTL_SECONDS} to {MAX_APPROVAL_TTL_SECONDS:,} seconds",
+            )
+        return CompiledRule(index, kind, tools, constraints=constraints, approval_ttl_seconds=ttl)
+    return CompiledRule(index, kind, tools, constraints=constraints)
 
 
 def _compile_window(spec: Mapping[str, Any], at: str) -> TimeWindow:

@@ -16,6 +16,7 @@ from datetime import datetime, tzinfo
 from enum import StrEnum
 from typing import Any
 
+from core.domain.approvals import ApprovalStatus, CallApprovals
 from core.domain.globs import ToolMatcher
 from core.domain.limits import Consume, RateLimitRef
 
@@ -30,10 +31,12 @@ class RuleType(StrEnum):
     PARAMETER_CONSTRAINT = "parameter_constraint"
     RATE_LIMIT = "rate_limit"
     TIME_BASED = "time_based"
+    REQUIRE_APPROVAL = "require_approval"
 
 
 _ALLOW = RuleType.TOOL_ALLOWLIST
 _DENY = RuleType.TOOL_DENYLIST
+_APPROVAL = RuleType.REQUIRE_APPROVAL
 
 
 class PolicyCompileError(ValueError):
@@ -49,15 +52,22 @@ class PolicyCompileError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """``approval_id`` names the approval an allow used, a deny was caused by, or an escalated
+    call waits for (decisions §6); ``approval_expires_at`` is set on escalated decisions only."""
+
     allowed: bool
     reason: str
     policy_id: str | None = None
     rule_index: int | None = None
     retry_after_seconds: int | None = None
+    approval_id: str | None = None
+    approval_expires_at: datetime | None = None
 
     @property
     def outcome(self) -> str:
-        return "allowed" if self.allowed else "denied"
+        if self.allowed:
+            return "allowed"
+        return "denied" if self.approval_expires_at is None else "escalated"
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # identity: holds a dict and a compiled program
@@ -134,6 +144,7 @@ class CompiledRule:
     window: TimeWindow | None = None
     limit: RateLimitRef | None = None
     granted: Decision | None = None
+    approval_ttl_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,15 +167,35 @@ class PendingGrant:
     now: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class NeedsApproval:
+    """A call that a require_approval rule sends to a human (decisions §6): the policy and rule
+    that decide, ``problem`` (why approval is needed, in words), how long a new approval lives,
+    and the rate limits an approved call takes from, as any grant would."""
+
+    policy_id: str
+    policy_name: str
+    rule_index: int
+    problem: str
+    ttl_seconds: int
+    limits: tuple[RateLimitRef, ...]
+    now: datetime
+
+
+Evaluated = Decision | PendingGrant | NeedsApproval
+
+
 def evaluate(
     policies: Sequence[CompiledPolicy],
     tool_name: str,
     parameters: Mapping[str, Any],
     now: datetime,
-) -> Decision | PendingGrant:
-    """The decision for one tool call (decisions §1), or, when the granting policy's rate limits
-    must be consulted, the grant pending on them. ``policies`` come from :func:`order_policies`;
-    ``now`` must be timezone-aware. Counters are never touched here: see :func:`settle`."""
+) -> Evaluated:
+    """The decision for one tool call (decisions §1 and §6); or, when the granting policy's rate
+    limits must be consulted, the grant pending on them; or, when a require_approval rule asks
+    for a human, what the caller's approvals must settle. ``policies`` come from
+    :func:`order_policies`; ``now`` must be timezone-aware. Counters and approvals are never
+    touched here: see :func:`settle`."""
     if now.tzinfo is None:  # a naive instant would silently mean the host's local time
         raise ValueError("now must be a timezone-aware datetime")
     pending: list[RateLimitRef] = []
@@ -172,6 +203,7 @@ def evaluate(
         if not policy.enabled:
             continue
         granted: Decision | None = None
+        escalating: tuple[CompiledRule, str] | None = None
         for rule in policy.rules:
             if rule.tools is not None and not rule.tools(tool_name):
                 continue
@@ -180,13 +212,43 @@ def evaluate(
                     granted = rule.granted
             elif rule.limit is not None:
                 pending.append(rule.limit)
+            elif rule.type is _APPROVAL:
+                if escalating is None:
+                    problem = _approval_needed(rule, tool_name, parameters)
+                    if problem is not None:
+                        escalating = rule, problem
             else:
                 problem = _violation(rule, tool_name, parameters, now)
                 if problem is not None:
                     return _deny(policy.id, policy.name, rule.index, rule.type, problem)
+        if escalating is not None:  # deny > escalate > grant inside one policy
+            rule, problem = escalating
+            ttl = rule.approval_ttl_seconds or DEFAULT_APPROVAL_TTL_SECONDS
+            return NeedsApproval(
+                policy.id, policy.name, rule.index, problem, ttl, tuple(pending), now
+            )
         if granted is not None:
             return PendingGrant(granted, tuple(pending), now) if pending else granted
     return Decision(False, f"default deny: no policy allows tool '{tool_name}'")
+
+
+#: how long an approval lives when its rule does not say, and the bounds (decisions §6)
+DEFAULT_APPROVAL_TTL_SECONDS = 3600
+MIN_APPROVAL_TTL_SECONDS, MAX_APPROVAL_TTL_SECONDS = 60, 604_800
+
+
+def _approval_needed(
+    rule: CompiledRule, tool_name: str, parameters: Mapping[str, Any]
+) -> str | None:
+    """Why a require_approval rule in scope needs a human for this call, or None: always
+    without constraints, else when any constraint fails."""
+    if not rule.constraints:
+        return f"tool '{tool_name}' requires approval"
+    for constraint in rule.constraints:
+        problem = constraint.violation(parameters)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _violation(
@@ -204,16 +266,61 @@ def _violation(
     return None
 
 
-def settle(result: Decision | PendingGrant, consume: Consume) -> Decision:
-    """The decision :func:`evaluate` left pending on rate limits: its grant when ``consume``
-    took one call from every limit, else the rate-limit deny of the exhausted one. A decision
-    already made is returned as it is, and ``consume`` is not called."""
-    if not isinstance(result, PendingGrant):
-        return result
-    exhausted = consume(result.limits, result.now)
-    if exhausted is not None:
-        return _rate_limited(exhausted, result.now)
-    return result.granted
+def settle(result: Evaluated, consume: Consume, approvals: CallApprovals | None = None) -> Decision:
+    """The decision :func:`evaluate` left open. A grant pending on rate limits: granted when
+    ``consume`` took one call from every limit, else the rate-limit deny of the exhausted one.
+    A call that needs approval: settled with ``approvals``, the call's own (decisions §6;
+    None when its parameters cannot be bound to an approval, and then it is denied). A decision
+    already made is returned as it is, and neither is touched."""
+    if isinstance(result, PendingGrant):
+        return take_limits(result.limits, result.now, consume) or result.granted
+    if isinstance(result, NeedsApproval):
+        return _settle_approval(result, consume, approvals)
+    return result
+
+
+def _settle_approval(
+    needs: NeedsApproval, consume: Consume, approvals: CallApprovals | None
+) -> Decision:
+    """Deny > escalate > grant was decided by :func:`evaluate`; here the call's approvals say
+    which of grant, deny or escalate a call that needs one gets."""
+    policy, index, now = needs.policy_id, needs.rule_index, needs.now
+    rule = f"policy '{needs.policy_name}' rule {index} (require_approval)"
+    if approvals is None:
+        reason = (
+            f"denied by {rule}: {needs.problem}, and its parameters cannot be bound to an "
+            "approval (they hold a number JSON cannot represent exactly)"
+        )
+        return Decision(False, reason, policy, index)
+    found = approvals.current(now)
+    if found is not None and found.status is ApprovalStatus.APPROVED:
+        if approvals.use(found.id, now):
+            refused = take_limits(needs.limits, now, consume)
+            if refused is not None:  # the approval stays approved: nothing is consumed
+                approvals.restore(found.id)
+                return refused
+            reason = f"allowed by {rule}: approval {found.id} was granted"
+            return Decision(True, reason, policy, index, approval_id=found.id)
+        found = None  # another identical call used it first: this one asks anew
+    if found is not None and found.status is ApprovalStatus.DENIED:
+        reason = f"denied by {rule}: approval {found.id} was denied"
+        return Decision(False, reason, policy, index, approval_id=found.id)
+    pending = approvals.request(needs.ttl_seconds, policy, index, now)
+    reason = f"approval required by {rule}: {needs.problem}"
+    return Decision(
+        False, reason, policy, index, approval_id=pending.id, approval_expires_at=pending.expires_at
+    )
+
+
+def take_limits(
+    limits: tuple[RateLimitRef, ...], now: datetime, consume: Consume
+) -> Decision | None:
+    """None when one call was taken from every one of ``limits`` (or there are none); else the
+    rate-limit deny of the exhausted one, and nothing was taken."""
+    if not limits:
+        return None
+    exhausted = consume(limits, now)
+    return None if exhausted is None else _rate_limited(exhausted, now)
 
 
 def _rate_limited(limit: RateLimitRef, now: datetime) -> Decision:

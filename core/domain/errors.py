@@ -12,10 +12,14 @@ prints their message.
     │   ├── Unauthorized                UNAUTHORIZED
     │   └── ApiKeyExpired               API_KEY_EXPIRED
     ├── InsufficientScope               INSUFFICIENT_SCOPE
+    ├── SelfApprovalForbidden           SELF_APPROVAL_FORBIDDEN
     ├── NotFound                        NOT_FOUND
     │   ├── AgentNotFound               AGENT_NOT_FOUND
     │   ├── PolicyNotFound              POLICY_NOT_FOUND
-    │   └── ApiKeyNotFound              API_KEY_NOT_FOUND
+    │   ├── ApiKeyNotFound              API_KEY_NOT_FOUND
+    │   ├── ApprovalNotFound            APPROVAL_NOT_FOUND
+    │   └── WebhookNotFound             WEBHOOK_NOT_FOUND
+    ├── ApprovalNotPending              APPROVAL_NOT_PENDING
     ├── MethodNotAllowed                METHOD_NOT_ALLOWED
     ├── RateLimited                     RATE_LIMITED         (carries retry_after seconds)
     └── StorageError                    INTERNAL_ERROR       (unreachable, unmigrated, write failed)
@@ -92,6 +96,16 @@ class InsufficientScope(AgentAuthError):
     default_message = "the API key's scope does not permit this operation"
 
 
+class SelfApprovalForbidden(AgentAuthError):
+    code = "SELF_APPROVAL_FORBIDDEN"
+    default_message = "a key that made the call an approval is for may not decide it"
+
+
+class ApprovalNotPending(AgentAuthError):
+    code = "APPROVAL_NOT_PENDING"
+    default_message = "the approval is not pending (decided, used or expired)"
+
+
 class NotFound(AgentAuthError):
     code = "NOT_FOUND"
     default_message = "not found"
@@ -110,6 +124,16 @@ class PolicyNotFound(NotFound):
 class ApiKeyNotFound(NotFound):
     code = "API_KEY_NOT_FOUND"
     default_message = "API key not found"
+
+
+class ApprovalNotFound(NotFound):
+    code = "APPROVAL_NOT_FOUND"
+    default_message = "approval not found"
+
+
+class WebhookNotFound(NotFound):
+    code = "WEBHOOK_NOT_FOUND"
+    default_message = "webhook not found"
 
 
 class MethodNotAllowed(AgentAuthError):

@@ -19,11 +19,14 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
+from core.domain.approvals import parameters_digest
+from core.domain.clock import isoformat
 from core.domain.compiler import compile_policy
 from core.domain.engine import (
     CompiledPolicy,
     Decision,
-    PendingGrant,
+    Evaluated,
+    NeedsApproval,
     deny_agent_status,
     deny_unknown_agent,
     evaluate,
@@ -31,7 +34,8 @@ from core.domain.engine import (
     settle,
 )
 from core.domain.limits import RateLimitRef
-from core.domain.redaction import scrub
+from core.domain.redaction import redact, scrub
+from core.hotpath.approvals import BatchApprovals
 from core.hotpath.reads import AgentRow, Reads
 from core.hotpath.recorder import Batch, Recorder
 from core.store import audit
@@ -64,6 +68,9 @@ class Outcome:
         }
         if d.retry_after_seconds is not None:
             body["retryAfterSeconds"] = d.retry_after_seconds
+        body["approvalId"] = d.approval_id
+        if d.approval_expires_at is not None:
+            body["approvalExpiresAt"] = isoformat(d.approval_expires_at)
         return body
 
 
@@ -173,7 +180,7 @@ def authorize(
     # for a second (the policies on a cache miss) or for its batch
     reads.close()
     if agent is None:
-        decided: Decision | PendingGrant = deny_unknown_agent(agent_id)
+        decided: Evaluated = deny_unknown_agent(agent_id)
     elif agent.status != AgentStatus.ACTIVE:
         decided = deny_agent_status(agent.status)
     else:  # decided here, off the write lock; a grant pending on rate limits is settled inside
@@ -194,6 +201,7 @@ def authorize(
             reason=decision.reason,
             latency_ms=latency_ms,
             timestamp=now,
+            approval_id=decision.approval_id,
         )
         return Outcome(decision, row["id"], latency_ms), row
 
@@ -209,11 +217,24 @@ def authorize(
 
     else:
         pending = decided
+        digest = parameters_digest(parameters) if isinstance(pending, NeedsApproval) else None
 
         def record(batch: Batch) -> Outcome:
             if on_transaction is not None:
                 on_transaction(batch)
-            decision = settle(pending, BatchCounters(batch))
+            approvals = None
+            if digest is not None:
+                approvals = BatchApprovals(
+                    batch,
+                    recorder.statements.approvals,
+                    workspace_id=caller.workspace_id,
+                    agent_id=agent_id,
+                    tool_name=tool_name,
+                    digest=digest,
+                    redacted=redact(parameters),
+                    key_id=caller.key_id,
+                )
+            decision = settle(pending, BatchCounters(batch), approvals)
             outcome, row = entry(decision)
             batch.append_audit(row)
             return outcome

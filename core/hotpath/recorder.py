@@ -36,7 +36,8 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Engine, bindparam, insert
 
 from core.domain.errors import StorageError
-from core.hotpath.sql import compile_for
+from core.hotpath.approvals import ApprovalStatements
+from core.hotpath.sql import Compiled, compile_for
 from core.store.database import Database
 from core.store.limits import upsert_statement
 from core.store.models import AuditEntry
@@ -52,6 +53,7 @@ _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _AUDIT_COLUMNS = (
     "id", "workspace_id", "agent_id", "agent_ref", "key_id", "action", "tool_name",
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
+    "approval_id",
 )  # fmt: skip
 _INSERT = insert(AuditEntry).values({c: bindparam(c) for c in _AUDIT_COLUMNS})
 
@@ -61,6 +63,7 @@ class Statements:
 
     def __init__(self, dialect: Any) -> None:
         self.upsert = compile_for(upsert_statement(dialect.name), dialect)
+        self.approvals = ApprovalStatements(dialect)
         insert_audit = compile_for(_INSERT, dialect)
         # audit rows are made as tuples in _AUDIT_COLUMNS' order (see audit_values)
         assert insert_audit.names == _AUDIT_COLUMNS, insert_audit.names
@@ -105,6 +108,18 @@ class Batch:
             return None
         self.writes += 1
         return int(row[0])
+
+    def execute(self, compiled: Compiled, values: dict[str, Any]) -> Any:
+        """Any other write of the hot path (approvals, webhook events): the cursor, to fetch
+        from. Counted as a change, so a job that fails after it ran is undone."""
+        self.writes += 1
+        self._cursor.execute(compiled.sql, compiled.bind(values))
+        return self._cursor
+
+    def read(self, compiled: Compiled, values: dict[str, Any]) -> list[Any]:
+        """The rows of a SELECT, inside the batch's transaction."""
+        self._cursor.execute(compiled.sql, compiled.bind(values))
+        return list(self._cursor.fetchall())
 
     def append_audit(self, row: dict[str, Any]) -> None:
         self.insert_audit(self._sql.audit_values(row))

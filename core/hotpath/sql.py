@@ -6,6 +6,7 @@ pass them. The hot path then sends text and a tuple straight to a cursor. Used b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,20 @@ class Compiled:
     sql: str
     #: the bound parameters' names, in the order the SQL expects them
     names: tuple[str, ...]
+    #: per name, what makes a value what the driver takes (JSON text, naive UTC), or None
+    processors: tuple[Callable[[Any], Any] | None, ...] | None = None
+    #: the values written into the statement itself (``status == 'pending'``), by name
+    fixed: dict[str, Any] | None = None
 
     def bind(self, values: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(values[name] for name in self.names)
+        if self.fixed is not None:
+            values = {**self.fixed, **values}
+        if self.processors is None:
+            return tuple(values[name] for name in self.names)
+        return tuple(
+            values[name] if process is None else process(values[name])
+            for name, process in zip(self.names, self.processors, strict=True)
+        )
 
 
 def compile_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
@@ -33,4 +45,14 @@ def compile_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
     positional: Dialect = type(dialect)(paramstyle=style)  # type: ignore[call-arg]
     compiled = statement.compile(dialect=positional)
     assert isinstance(compiled, SQLCompiler)
-    return Compiled(str(compiled), tuple(compiled.positiontup or ()))
+    names = tuple(compiled.positiontup or ())
+    processors = tuple(
+        compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names
+    )
+    typed = any(process is not None for process in processors)
+    fixed = {
+        name: compiled.binds[name].effective_value
+        for name in names
+        if not compiled.binds[name].required
+    }
+    return Compiled(str(compiled), names, processors if typed else None, fixed or None)

@@ -56,6 +56,8 @@ def entry(
     reason: str,
     latency_ms: float,
     timestamp: datetime,
+    approval_id: str | None = None,
+    action: str = "authorize",
 ) -> dict[str, Any]:
     """One entry's row, with a new id: parameters redacted, API keys scrubbed from every text.
     Decisions write it through a group-commit batch (``core.hotpath.recorder``)."""
@@ -65,7 +67,7 @@ def entry(
         "agent_id": agent_id,
         "agent_ref": agent_id if agent_exists else None,
         "key_id": key_id,
-        "action": "authorize",
+        "action": action,
         "tool_name": scrub(tool_name),
         "parameters": redact(parameters),
         "result": result,
@@ -74,6 +76,7 @@ def entry(
         "reason": scrub(reason),
         "latency_ms": latency_ms,
         "timestamp": timestamp,
+        "approval_id": approval_id,
     }
 
 
@@ -158,4 +161,5 @@ def serialize_entry(entry: AuditEntry) -> dict[str, Any]:
         "reason": entry.reason,
         "latencyMs": entry.latency_ms,
         "timestamp": isoformat(entry.timestamp),
+        "approvalId": entry.approval_id,
     }

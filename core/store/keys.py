@@ -31,6 +31,8 @@ KEY_SEARCH = re.compile(r"svc_[0-9a-fA-F]{32}")
 
 class Scope(StrEnum):
     ADMIN = "admin"
+    #: reads what read-only reads, and decides approvals (decisions §6)
+    APPROVER = "approver"
     READ_ONLY = "read-only"
 
 
@@ -60,7 +62,9 @@ class Principal:
     scopes: frozenset[Scope]
 
     def can(self, needed: Scope) -> bool:
-        return needed is Scope.READ_ONLY or Scope.ADMIN in self.scopes
+        if needed is Scope.READ_ONLY or Scope.ADMIN in self.scopes:
+            return True
+        return needed is Scope.APPROVER and Scope.APPROVER in self.scopes
 
 
 def hash_key(key: str) -> str:

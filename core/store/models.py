@@ -10,7 +10,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -124,6 +135,111 @@ class AuditEntry(Base):
     reason: Mapped[str] = mapped_column(Text)
     latency_ms: Mapped[float] = mapped_column(Float)
     timestamp: Mapped[datetime]
+    approval_id: Mapped[str | None] = mapped_column(String(36))
+
+
+class Approval(Base):
+    """A call waiting for, or decided by, a human (decisions §6). ``status`` is as stored: a
+    pending or approved one past ``expires_at`` reads as expired (``core.domain.approvals``).
+    ``parameters`` are redacted as in the audit log; the digest is of the call as received."""
+
+    __tablename__ = "approvals"
+    __table_args__ = (
+        Index(
+            "ix_approvals_call",
+            "workspace_id",
+            "agent_id",
+            "tool_name",
+            "parameters_digest",
+            "status",
+        ),
+        Index("ix_approvals_workspace_created", "workspace_id", "created_at", "id"),
+        Index(
+            "ux_approvals_pending_call",
+            "workspace_id",
+            "agent_id",
+            "tool_name",
+            "parameters_digest",
+            unique=True,
+            sqlite_where=text("status = 'pending'"),
+            postgresql_where=text("status = 'pending'"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"), index=True)
+    tool_name: Mapped[str] = mapped_column(String(255))
+    parameters: Mapped[Any] = mapped_column(JSONType)
+    parameters_digest: Mapped[str] = mapped_column(String(64))
+    policy_id: Mapped[str] = mapped_column(String(36))
+    rule_index: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]
+    decided_by_key_id: Mapped[str | None] = mapped_column(String(36))
+    decided_by_name: Mapped[str | None] = mapped_column(String(255))
+    comment: Mapped[str | None] = mapped_column(Text)
+    used_at: Mapped[datetime | None]
+    requested_by_key_id: Mapped[str | None] = mapped_column(String(36))
+
+
+class ApprovalRequester(Base):
+    """A key that made a call matching the approval: none of them may decide it."""
+
+    __tablename__ = "approval_requesters"
+
+    approval_id: Mapped[str] = mapped_column(
+        ForeignKey("approvals.id", ondelete="CASCADE"), primary_key=True
+    )
+    key_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+
+
+class Webhook(Base):
+    __tablename__ = "webhooks"
+    __table_args__ = (Index("ix_webhooks_workspace_created", "workspace_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[str] = mapped_column(String(255))  # comma-separated, sorted
+    description: Mapped[str | None] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime]
+
+
+class WebhookEvent(Base):
+    """The outbox: an event stored in the transaction of what caused it, with one delivery row
+    per webhook that subscribed to it."""
+
+    __tablename__ = "webhook_events"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
+    type: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[Any] = mapped_column(JSONType)
+    created_at: Mapped[datetime]
+
+
+class WebhookDelivery(Base):
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_webhook_created", "webhook_id", "created_at", "id"),
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(ForeignKey("webhook_events.id", ondelete="CASCADE"))
+    event_type: Mapped[str] = mapped_column(String(64))
+    attempt: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    response_status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    next_attempt_at: Mapped[datetime | None]
+    delivered_at: Mapped[datetime | None]
 
 
 class Counter(Base):

@@ -39,6 +39,8 @@ def test_an_allowed_call_carries_every_field_of_the_decision(service, api_key, a
     assert decision.latency_ms >= 0
     assert decision.retry_after_seconds is None
     assert decision.error is None
+    assert decision.approval_id is None  # no approval involved
+    assert decision.approval_expires_at is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         decision.allowed = False  # type: ignore[misc]
 
@@ -48,6 +50,7 @@ def test_a_denial_is_a_decision_not_an_error(service, api_key, agent_id):
         denied = client.authorize(agent_id, "calendar.delete_all", {})
         unknown_tool = client.authorize(agent_id, "shell.exec", {"cmd": "rm -rf /"})
     assert (denied.allowed, denied.outcome, denied.rule_index) == (False, "denied", 0)
+    assert (denied.approval_id, denied.approval_expires_at) == (None, None)
     assert unknown_tool.allowed is False
     assert unknown_tool.policy_id is None
     assert "default deny" in unknown_tool.reason

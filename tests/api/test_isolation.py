@@ -53,8 +53,13 @@ from tests.api.helpers import assert_error
 from tests.conftest import FakeClock, Tenant, bearer
 
 PUBLIC, ANY, ADMIN = "public", "any", "admin"
-AGENT, POLICY, KEY = "agent", "policy", "key"
-NOT_FOUND = {AGENT: "AGENT_NOT_FOUND", POLICY: "POLICY_NOT_FOUND", KEY: "API_KEY_NOT_FOUND"}
+AGENT, POLICY, KEY, APPROVAL = "agent", "policy", "key", "approval"
+NOT_FOUND = {
+    AGENT: "AGENT_NOT_FOUND",
+    POLICY: "POLICY_NOT_FOUND",
+    KEY: "API_KEY_NOT_FOUND",
+    APPROVAL: "APPROVAL_NOT_FOUND",
+}
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 NOBODY = "0b7d4f6e-9c1a-4e2b-8f3d-5a6b7c8d9e0f"  # a well-formed id of nothing anywhere
 
@@ -127,6 +132,14 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("GET", "/v1/sync-status"): Entry(
         ANY, note="no id: the caller's own workspace's status, nothing of B's"
     ),
+    ("GET", "/v1/approvals"): Entry(ANY, id_field="agent_id"),
+    ("GET", "/v1/approvals/{id}"): Entry(ANY, path_kind=APPROVAL),
+    ("POST", "/v1/approvals/{id}/approve"): Entry(
+        ADMIN, path_kind=APPROVAL, body=lambda _: {"comment": "approved by A"}
+    ),
+    ("POST", "/v1/approvals/{id}/deny"): Entry(
+        ADMIN, path_kind=APPROVAL, body=lambda _: {"comment": "denied by A"}
+    ),
     ("GET", "/v1/openapi.json"): Entry(
         PUBLIC, note="no key, no workspace: the same document for everyone"
     ),
@@ -146,6 +159,9 @@ UNDOCUMENTED = {
     "/v1/agents/{id}": ("POST", "PUT"),
     "/v1/policies/{id}": ("POST", "PUT"),
     "/v1/api-keys/{id}": ("GET", "POST", "PUT", "PATCH"),
+    "/v1/approvals/{id}": ("POST", "PUT", "PATCH", "DELETE"),
+    "/v1/approvals/{id}/approve": ("GET", "PUT", "PATCH", "DELETE"),
+    "/v1/approvals/{id}/deny": ("GET", "PUT", "PATCH", "DELETE"),
 }
 
 #: each workspace's ids, by what they name; the first of each kind is that kind's main one
@@ -159,10 +175,11 @@ TARGETS = {
     "spare-key": KEY,
     "read-only-key": KEY,
     "audit-entry": None,  # no path names one; still an id of B's
+    "approval": APPROVAL,  # pending: B's agent made a call its policy sends to a human
 }
-FIRST = {AGENT: "agent", POLICY: "policy", KEY: "spare-key"}
+FIRST = {AGENT: "agent", POLICY: "policy", KEY: "spare-key", APPROVAL: "approval"}
 #: B's ids as A tries them: each one, and the main one of each kind in upper case
-B_IDS = [*TARGETS, *(f"{FIRST[kind]}:upper" for kind in (AGENT, POLICY, KEY))]
+B_IDS = [*TARGETS, *(f"{FIRST[kind]}:upper" for kind in (AGENT, POLICY, KEY, APPROVAL))]
 
 WATCHED = (
     "/v1/agents?limit=200",
@@ -170,6 +187,7 @@ WATCHED = (
     "/v1/api-keys?limit=200",
     "/v1/audit-logs?limit=1000",
     "/v1/sync-status",
+    "/v1/approvals?limit=200",
 )
 AUDIT = "/v1/audit-logs?limit=1000"
 
@@ -248,6 +266,7 @@ def populate(client: FlaskClient, db: Database, tenant: Tenant, clock: FakeClock
     assert patched.status_code == 200
     rules = [
         {"type": "tool_denylist", "tools": [f"{marker}.danger"]},
+        {"type": "require_approval", "tools": [f"{marker}.pay"]},
         {"type": "tool_allowlist", "tools": ["*"]},
         {
             "type": "rate_limit",
@@ -279,12 +298,16 @@ def populate(client: FlaskClient, db: Database, tenant: Tenant, clock: FakeClock
     for agent_id, tool, parameters in [
         (agent["id"], f"{marker}.read", {"query": marker, "token": f"{marker}-secret"}),
         (agent["id"], f"{marker}.danger", {"path": f"/home/{marker}"}),
+        (agent["id"], f"{marker}.pay", {"amount": 5000, "to": marker}),
         (git_agent["id"], f"{marker}.sync", {}),
         (suspended["id"], f"{marker}.read", {}),
         (str(uuid.uuid4()), f"{marker}.ghost", {}),
     ]:
         body = {"agent_id": agent_id, "tool_name": tool, "parameters": parameters}
-        audit_ids.append(post("/v1/authorize", body)["auditId"])
+        decision = post("/v1/authorize", body)
+        audit_ids.append(decision["auditId"])
+        if decision["outcome"] == "escalated":
+            approval_id = decision["approvalId"]
 
     ids = {
         "agent": agent["id"],
@@ -296,6 +319,7 @@ def populate(client: FlaskClient, db: Database, tenant: Tenant, clock: FakeClock
         "spare-key": spare["id"],
         "read-only-key": auditor["id"],
         "audit-entry": audit_ids[0],
+        "approval": approval_id,
     }
     side = Side(tenant, marker, admin, bearer(auditor["key"]), ids)
     side.reading = read_state(client, admin)
@@ -336,7 +360,8 @@ def full_reading(client: FlaskClient, headers: dict[str, str]) -> dict[str, Any]
     """The watched reads, every object read on its own (which must be what its list shows),
     the policies of each agent, and the CSV export (one row per audit entry)."""
     reading = read_state(client, headers)
-    for noun, path in (("agents", WATCHED[0]), ("policies", WATCHED[1])):
+    approvals = next(p for p in WATCHED if p.startswith("/v1/approvals"))
+    for noun, path in (("agents", WATCHED[0]), ("policies", WATCHED[1]), ("approvals", approvals)):
         for item in reading[path][1]["data"]:
             one = client.get(f"/v1/{noun}/{item['id']}", headers=headers)
             assert one.status_code == 200
@@ -645,7 +670,7 @@ def test_a_filter_naming_another_workspaces_id_finds_nothing_of_it(world, op, ta
     # what is found is A's own: the entries of A's authorize calls naming that id, if any
     a_entries = a.after[AUDIT][1]["data"]
     own = [e for e in a_entries if e["agentId"] == theirs.lower()]
-    if path == "/v1/policies":
+    if path in ("/v1/policies", "/v1/approvals"):
         assert response.json["data"] == []
         assert response.json["pagination"]["total"] == 0
     elif path == "/v1/audit-logs":
@@ -690,6 +715,8 @@ def test_a_read_without_an_id_shows_only_the_callers_workspace(world, op):
 def _read_only_targets(entry: Entry) -> tuple[str, ...]:
     if entry.path_kind == KEY:
         return ("own", "self", "theirs", "nobody")
+    if entry.path_kind == APPROVAL:  # no approval is managed from git
+        return ("own", "theirs", "nobody")
     if entry.path_kind is not None:
         return ("own", "own-git", "theirs", "nobody")
     if entry.id_field is not None:

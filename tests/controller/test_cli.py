@@ -57,9 +57,9 @@ def test_read_only_key_from_the_cli_cannot_mutate(runner, database_url):
 @pytest.mark.parametrize(
     ("args", "complaint"),
     [
-        (["--scopes", "root"], "admin, read-only"),
+        (["--scopes", "root"], "admin, approver, read-only"),
         (["--scopes", "admin,admin"], "no repeats"),
-        (["--scopes", ""], "admin, read-only"),
+        (["--scopes", ""], "admin, approver, read-only"),
         (["--scopes", "admin", "--expires-at", "yesterday"], "ISO 8601"),
         (["--scopes", "admin", "--expires-at", "2020-01-01T00:00:00Z"], "in the future"),
     ],

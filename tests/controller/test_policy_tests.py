@@ -402,3 +402,72 @@ def test_a_missing_directory_is_an_error(run, tmp_path):
     result = run(tmp_path / "nowhere")
     assert result.exit_code == 1
     assert "is not a directory" in result.stderr
+
+
+# ----------------------------------------------------------------------------- approvals
+
+APPROVALS_REPO = {
+    "agents.yaml": agent_doc("payments-agent"),
+    "policies.yaml": """
+    apiVersion: agentauth/v1
+    kind: Policy
+    metadata:
+      name: refunds
+    spec:
+      agent: payments-agent
+      rules:
+        - type: require_approval
+          tools: [payments.refund]
+          parameters: {amount: {max: 1000}}
+        - type: tool_allowlist
+          tools: ["payments.*"]
+    """,
+    "tests.yaml": """
+    apiVersion: agentauth/v1
+    kind: PolicyTest
+    metadata:
+      name: refunds-need-a-human
+    spec:
+      agent: payments-agent
+      now: "2026-03-02T10:00:00Z"
+      cases:
+        - {name: small refund, tool: payments.refund, parameters: {amount: 20}, outcome: allowed}
+        - {name: large refund, tool: payments.refund, parameters: {amount: 5000}, outcome: escalated, policy: refunds, reason: "must be at most 1000"}
+        - {name: large refund asked again, tool: payments.refund, parameters: {amount: 5000}, allowed: false}
+        - {name: both given, tool: payments.refund, parameters: {amount: 5000}, allowed: false, outcome: escalated}
+        - {name: wrong outcome, tool: payments.refund, parameters: {amount: 5000}, outcome: denied}
+        - {name: wrong allowed, tool: payments.refund, parameters: {amount: 5000}, allowed: true}
+    """,
+}
+
+
+def test_cases_may_expect_an_escalation_and_allowed_false_passes_for_one(run, tmp_path):
+    write_files(tmp_path, APPROVALS_REPO)
+    report = _report(tmp_path)
+    (document,) = report.documents
+    by_name = {case.name: case for case in document.cases}
+    assert [by_name[n].mismatches for n in ("small refund", "large refund")] == [(), ()]
+    assert by_name["large refund asked again"].mismatches == ()
+    assert by_name["both given"].mismatches == ()
+    assert by_name["wrong outcome"].mismatches == ("outcome",)
+    assert by_name["wrong allowed"].mismatches == ("allowed",)
+    assert by_name["large refund"].actual_outcome == "escalated"
+    result = run(tmp_path)
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[:2] == [
+        'FAIL tests.yaml:13 payments-agent "wrong outcome": expected denied, got escalated by '
+        "policy 'refunds' (reason: approval required by policy 'refunds' rule 0 "
+        "(require_approval): parameter 'amount' must be at most 1000)",
+        'FAIL tests.yaml:14 payments-agent "wrong allowed": expected allowed, got escalated by '
+        "policy 'refunds' (reason: approval required by policy 'refunds' rule 0 "
+        "(require_approval): parameter 'amount' must be at most 1000)",
+    ]
+
+
+def test_a_case_with_neither_allowed_nor_outcome_is_a_validation_error(run, tmp_path):
+    files = dict(APPROVALS_REPO)
+    files["tests.yaml"] = files["tests.yaml"].replace(", outcome: allowed}", "}")
+    write_files(tmp_path, files)
+    result = run(tmp_path)
+    assert result.exit_code != 0
+    assert "a case needs allowed or outcome" in result.output

@@ -10,9 +10,16 @@ A file is either a list of cases or a mapping with shared ``policies`` and ``now
     tool: tool name;  parameters: object (default {})
     agentStatus: optional active | suspended | revoked;  agentExists: optional, false
     expect: {allowed, policy: name or null, ruleIndex: int or null,
-             reason?: substring, reasonExcludes?: [substrings], retryAfterSeconds?: int}
+             reason?: substring, reasonExcludes?: [substrings], retryAfterSeconds?: int,
+             outcome?: allowed | denied | escalated (else as allowed says),
+             approval?: a label, or null for none}
     calls: optional list of {now?, tool?, parameters?, expect}, run in order against one
-           MemoryCounters (rate-limit windows); a call inherits what it leaves out from the case
+           MemoryCounters (rate-limit windows) and one MemoryApprovals; a call inherits what it
+           leaves out from the case. A step {now?, decide: {approval: label, as: approved |
+           denied, ok?: false}} decides an approval instead of making a call.
+
+An approval label names the approval of the first decision that shows it; later decisions
+with the same label must carry the same approval, and two labels never name one approval.
 
 Policy defaults mirror the API (priority 0, enabled true); ``id`` defaults to the name.
 Every policy's rules are first checked against the JSON Schema contract, so a case can only
@@ -29,6 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
+from core.domain.approvals import MemoryApprovals
 from core.domain.compiler import compile_policy
 from core.domain.engine import (
     CompiledPolicy,
@@ -47,9 +55,10 @@ CASES = Path(__file__).resolve().parent.parent / "cases"
 FILE_KEYS = {"policies", "now", "cases"}
 CASE_KEYS = {"name", "why", "policies", "now", "tool", "parameters", "agentStatus"}
 CASE_KEYS |= {"agentExists", "expect", "calls"}
-CALL_KEYS = {"now", "tool", "parameters", "expect", "why"}
+CALL_KEYS = {"now", "tool", "parameters", "expect", "why", "decide"}
 POLICY_KEYS = {"name", "id", "priority", "enabled", "createdAt", "rules"}
 EXPECT_KEYS = {"allowed", "policy", "ruleIndex", "reason", "reasonExcludes", "retryAfterSeconds"}
+EXPECT_KEYS |= {"outcome", "approval"}
 UNKNOWN_AGENT = "00000000-0000-4000-8000-000000000000"
 DEFAULT_CREATED = "2026-01-01T00:00:00+00:00"
 
@@ -81,10 +90,14 @@ def test_case(shared: Mapping[str, Any], case: Mapping[str, Any]) -> None:
     assert raw_policies is not None, "a case needs policies, its own or its file's"
     policies = order_policies(compile_case_policy(raw) for raw in raw_policies)
     ids = {raw["name"]: str(raw.get("id", raw["name"])) for raw in raw_policies}
-    counters = MemoryCounters()
+    counters, approvals = MemoryCounters(), MemoryApprovals()
+    labels: dict[str, str] = {}
     for step, call in enumerate(case_calls(case, shared)):
-        decision = decide(case, call, policies, counters)
-        check(decision, call["expect"], ids, f"call {step}")
+        if "decide" in call:
+            decide_approval(call, approvals, labels, f"step {step}")
+            continue
+        decision = decide(case, call, policies, counters, approvals)
+        check(decision, call["expect"], ids, labels, f"call {step}")
 
 
 def compile_case_policy(raw: Mapping[str, Any]) -> CompiledPolicy:
@@ -113,11 +126,24 @@ def case_calls(case: Mapping[str, Any], shared: Mapping[str, Any]) -> Iterator[d
         yield {**base, **call}
 
 
+def decide_approval(
+    step: Mapping[str, Any], approvals: MemoryApprovals, labels: Mapping[str, str], at: str
+) -> None:
+    decide = step["decide"]
+    assert "expect" not in step, at
+    assert set(decide) <= {"approval", "as", "ok"}, at
+    assert decide["as"] in ("approved", "denied"), at
+    now = parse_instant(step["now"])
+    done = approvals.decide(labels[decide["approval"]], decide["as"] == "approved", now)
+    assert done == decide.get("ok", True), f"{at}: deciding gave {done}"
+
+
 def decide(
     case: Mapping[str, Any],
     call: Mapping[str, Any],
     policies: list[CompiledPolicy],
     counters: MemoryCounters,
+    approvals: MemoryApprovals,
 ) -> Decision:
     if case.get("agentExists", True) is False:
         return deny_unknown_agent(UNKNOWN_AGENT)
@@ -127,10 +153,17 @@ def decide(
     assert call["now"] is not None, "a call needs now, its own or its case's or its file's"
     assert call["tool"] is not None, "a call needs a tool, its own or its case's"
     now = parse_instant(call["now"])
-    return settle(evaluate(policies, call["tool"], call["parameters"], now), counters)
+    evaluated = evaluate(policies, call["tool"], call["parameters"], now)
+    return settle(evaluated, counters, approvals.for_call(call["tool"], call["parameters"]))
 
 
-def check(decision: Decision, expect: Mapping[str, Any], ids: Mapping[str, str], at: str) -> None:
+def check(
+    decision: Decision,
+    expect: Mapping[str, Any],
+    ids: Mapping[str, str],
+    labels: dict[str, str],
+    at: str,
+) -> None:
     assert set(expect) <= EXPECT_KEYS, f"unknown expect keys {set(expect) - EXPECT_KEYS}"
     assert {"allowed", "policy", "ruleIndex"} <= set(expect), "expect needs those three keys"
     policy = expect["policy"]
@@ -142,10 +175,25 @@ def check(decision: Decision, expect: Mapping[str, Any], ids: Mapping[str, str],
         expect.get("retryAfterSeconds"),
     )
     assert got == wanted, f"{at}: got {got} ({decision.reason!r}), expected {wanted}"
-    assert decision.outcome == ("allowed" if decision.allowed else "denied")
+    outcome = expect.get("outcome", "allowed" if expect["allowed"] else "denied")
+    assert decision.outcome == outcome, f"{at}: outcome {decision.outcome} ({decision.reason!r})"
+    assert (decision.approval_expires_at is not None) == (outcome == "escalated"), at
+    if "approval" in expect:
+        check_approval(decision.approval_id, expect["approval"], labels, at)
     assert expect.get("reason", "") in decision.reason, f"{at}: reason {decision.reason!r}"
     for secret in expect.get("reasonExcludes", ()):
         assert secret not in decision.reason, f"{at}: reason leaks {secret!r}"
+
+
+def check_approval(found: str | None, label: str | None, labels: dict[str, str], at: str) -> None:
+    if label is None:
+        assert found is None, f"{at}: approval {found}, expected none"
+        return
+    assert found is not None, f"{at}: no approval, expected {label}"
+    if label not in labels:
+        assert found not in labels.values(), f"{at}: {label} is an approval already labelled"
+        labels[label] = found
+    assert found == labels[label], f"{at}: approval {found} is not {label}"
 
 
 def parse_instant(text: str) -> datetime:

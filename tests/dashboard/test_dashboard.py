@@ -14,18 +14,21 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Locator, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Request, Route, expect, sync_playwright
+from sqlalchemy import update
 
 from api import create_app
 from controller.load import SourceFile
 from controller.reconcile import apply_files
 from core.config import Settings
+from core.store.models import Approval
 from tests.api.test_export import append_entries
 from tests.conftest import FakeClock, Tenant, bearer
 from tests.controller.conftest import agent_doc
@@ -105,6 +108,28 @@ class World:
         body = {"agent_id": agent_id, "tool_name": tool, "parameters": parameters}
         return self.post("/v1/authorize", body)
 
+    def key(self, name: str, *scopes: str) -> str:
+        """A key of this workspace with a name of its own (the name an approval shows)."""
+        key: str = self.post("/v1/api-keys", {"name": name, "scopes": list(scopes)})["key"]
+        return key
+
+    def escalate(self, agent_id: str, **parameters: Any) -> str:
+        """A refund that needs a person's approval (made with the admin key): its approval id."""
+        decision = self.decide(agent_id, "payments.refund", **parameters)
+        assert decision["outcome"] == "escalated", decision
+        approval_id: str = decision["approvalId"]
+        return approval_id
+
+    def approval(self, approval_id: str) -> Any:
+        return self.http.get(f"/v1/approvals/{approval_id}").json()
+
+    def expire(self, approval_id: str) -> None:
+        """Moves an approval's expiry into the past (the shortest one lasts a minute)."""
+        db = self.app.extensions["agentauth"].db
+        past = datetime.now(UTC) - timedelta(minutes=5)
+        with db.transaction(write=True) as session:
+            session.execute(update(Approval).where(Approval.id == approval_id).values(expires_at=past))
+
     def close(self) -> None:
         self.http.close()
         self.app.extensions["agentauth"].close()
@@ -157,6 +182,16 @@ ALLOW_CALENDAR = {
     "name": "calendar",
     "rules": [{"type": "tool_allowlist", "tools": ["calendar.*"]}],
 }
+# refunds above 1,000 need a person's approval; everything else is allowed
+REFUNDS = {
+    "name": "refunds",
+    "rules": [
+        {"type": "require_approval", "tools": ["payments.refund"],
+         "parameters": {"amount": {"max": 1000}}, "approval": {"ttlSeconds": 3600}},
+        {"type": "tool_allowlist"},
+    ],
+}  # fmt: skip
+REFUND_RULE = "needs a person's approval for payments.refund when amount is above 1000 (approval lasts 1 h)"
 
 
 # ------------------------------------------------------------------------------------ tests
@@ -380,7 +415,7 @@ def test_create_a_key_with_an_expiry_copy_it_once_and_see_it_listed(page, world,
     assert httpx.get(f"{world.base}/v1/agents", headers=bearer(key)).status_code == 401
 
 
-MUTATIONS = ["Suspend", "Reactivate", "Revoke", "Create key"]
+MUTATIONS = ["Suspend", "Reactivate", "Revoke", "Create key", "Approve", "Deny"]
 
 
 def assert_no_mutation_controls(page: Page) -> None:
@@ -596,7 +631,7 @@ def test_errors_from_the_api_are_shown_in_words(page, world):
 def test_the_key_stays_in_session_storage_only_and_goes_on_sign_out(page, world, base):
     world.agent("a", ALLOW_CALENDAR)
     sign_in(page, world.admin)
-    for route in ("#/agents", "#/audit", "#/keys", "#/sync"):
+    for route in ("#/agents", "#/approvals", "#/audit", "#/keys", "#/sync"):
         page.goto(f"/dashboard/{route}")
         expect(page.locator("main h1")).to_be_visible()
         assert world.admin not in page.url
@@ -613,14 +648,18 @@ def test_the_key_stays_in_session_storage_only_and_goes_on_sign_out(page, world,
     expect(other.locator("#sign-in")).to_be_visible()
 
 
-@pytest.mark.parametrize("route", ["#/agents", "#/audit", "#/keys", "#/sync", "agent"])
+@pytest.mark.parametrize(
+    "route", ["#/agents", "#/approvals", "#/audit", "#/keys", "#/sync", "agent", "approval"]
+)
 def test_every_page_fits_a_phone_screen(browser, base, world, route):
-    agent = world.agent("a-rather-long-agent-name-for-a-small-screen", ALLOW_CALENDAR)
+    agent = world.agent("a-rather-long-agent-name-for-a-small-screen", ALLOW_CALENDAR, REFUNDS)
     world.decide(agent, "calendar.create", title="standup with a long title")
+    approval = world.escalate(agent, amount=5000, note="a refund with a rather long note in it")
+    routes = {"agent": f"#/agents/{agent}", "approval": f"#/approvals/{approval}"}
     context = browser.new_context(viewport=PHONE, base_url=base, is_mobile=True)
     phone = context.new_page()
     sign_in(phone, world.admin)
-    phone.goto(f"/dashboard/{f'#/agents/{agent}' if route == 'agent' else route}")
+    phone.goto(f"/dashboard/{routes.get(route, route)}")
     expect(phone.locator("main h1")).to_be_visible()
     assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     context.close()
@@ -793,10 +832,12 @@ def test_fields_side_by_side_line_up(page, world):
     assert len(set(first_row)) == 1, first_row  # 1280 px wide: six fields in a row, in line
 
 
-@pytest.mark.parametrize("route", ["#/agents", "agent", "#/audit", "#/keys"])
+@pytest.mark.parametrize("route", ["#/agents", "agent", "#/approvals", "#/audit", "#/keys"])
 def test_every_table_scrolls_sideways_on_a_phone_and_the_page_does_not(browser, base, world, route):
-    agent = world.agent(LONG_NAME, ALLOW_CALENDAR)
+    agent = world.agent(LONG_NAME, ALLOW_CALENDAR, REFUNDS)
     world.decide(agent, "calendar.create", title="standup with a long title", room="4.12")
+    if route == "#/approvals":  # one pending approval, and nothing decided: one table
+        world.escalate(agent, amount=5000)
     world.post("/v1/api-keys", {"name": f"{LONG_NAME}_key", "scopes": ["read-only"]})
     context = browser.new_context(viewport=PHONE, base_url=base, is_mobile=True)
     phone = context.new_page()
@@ -867,3 +908,306 @@ def test_messages_line_up_with_the_panels_and_long_names_wrap(browser, base, wor
     assert drawn["x"] + drawn["width"] <= inside["x"] + inside["width"]
     assert tab.evaluate("document.documentElement.scrollWidth") == width
     context.close()
+
+
+# -------------------------------------------------------------------------------- approvals
+
+
+def approval_row(page: Page, approval_id: str) -> Locator:
+    return page.locator(f"tr[data-approval='{approval_id}']")
+
+
+def shown_time(text: str) -> str:
+    """An instant of the API as the page writes it: ``2026-11-25 17:20:21 UTC``."""
+    return re.sub(r"\.\d+Z$", " UTC", text).replace("T", " ")
+
+
+def decide_in_page(page: Page, approval_id: str, label: str, comment: str = "") -> None:
+    row = approval_row(page, approval_id)
+    if comment:
+        row.get_by_role("textbox", name="Comment").fill(comment)
+    row.get_by_role("button", name=label, exact=True).click()
+    confirm(page, label)
+
+
+def test_require_approval_rules_read_as_words(page, world):
+    rules = [
+        {"type": "require_approval", "tools": ["payments.refund"],
+         "parameters": {"amount": {"max": 1000}}, "approval": {"ttlSeconds": 3600}},
+        {"type": "require_approval", "tools": ["shell.*"]},
+        {"type": "require_approval", "tools": ["mail.send"],
+         "parameters": {"to": {"regex": "@example\\.com$"}, "cc": {"enum": ["ops"]}},
+         "approval": {"ttlSeconds": 5400}},
+        {"type": "require_approval", "parameters": {"amount": {"min": 1}}},
+        {"type": "tool_allowlist"},
+    ]  # fmt: skip
+    agent = world.agent("careful", {"name": "careful", "rules": rules})
+    sign_in(page, world.admin)
+    page.goto(f"/dashboard/#/agents/{agent}")
+    expect(page.locator("#policies ol.rules li")).to_have_text(
+        [
+            REFUND_RULE,
+            "needs a person's approval for every call of shell.*",
+            "needs a person's approval for mail.send when to does not match /@example\\.com$/ "
+            "or cc is not in {ops} (approval lasts 90 min)",
+            "needs a person's approval for any tool when amount is below 1",
+            "allow all tools",
+        ]
+    )
+
+
+def test_the_approvals_page_lists_pending_first_with_redacted_parameters(page, world, tmp_path):
+    agent = world.agent("refunder", REFUNDS)
+    waiting = world.escalate(agent, amount=5000, order="A-1042", token="hunter2")
+    denied = world.escalate(agent, amount=6000, order="A-1043")  # newer, but decided
+    approver = world.key("ops-approver", "approver")
+    answer = httpx.post(
+        f"{world.base}/v1/approvals/{denied}/deny",
+        json={"comment": "not without the receipt"},
+        headers=bearer(approver),
+    )
+    assert answer.status_code == 200, answer.text
+    assert world.decide(agent, "payments.refund", amount=50)["allowed"] is True
+    sign_in(page, world.admin)
+    count = page.locator("#pending-count")
+    expect(count).to_have_text("1")  # in the navigation, on every page
+
+    page.get_by_role("link", name="Approvals").click()
+    expect(page.locator("main table").first).to_have_id("pending-approvals")  # pending first
+    pending = page.locator("#pending-approvals tbody tr")
+    expect(pending).to_have_count(1)
+    row = approval_row(page, waiting)
+    expect(row.locator(".badge")).to_have_text("pending")
+    expect(row.get_by_role("link", name="refunder")).to_have_attribute("href", f"#/agents/{agent}")
+    expect(row).to_contain_text("payments.refund")
+    parameters = row.locator("pre")
+    expect(parameters).to_contain_text('"amount": 5000')
+    expect(parameters).to_contain_text('"order": "A-1042"')
+    expect(parameters).to_contain_text('"token": "[REDACTED]"')
+    assert "hunter2" not in page.content()
+    expect(row.get_by_role("link", name="refunds")).to_have_attribute("href", f"#/agents/{agent}")
+    expect(row.locator("td.policy")).to_contain_text(REFUND_RULE)
+    expires = world.approval(waiting)["expiresAt"]
+    expect(row.locator("td.expires")).to_contain_text(shown_time(expires))
+    expect(row.locator("td.expires")).to_contain_text(re.compile(r"in (59 min|1 h)"))
+    expect(row.get_by_role("button", name="Approve")).to_be_visible()
+
+    rest = page.locator("#approvals tbody tr")
+    expect(rest).to_have_count(1)
+    decided = approval_row(page, denied)
+    expect(decided.locator(".badge")).to_have_text("denied")
+    expect(decided).to_contain_text("denied by ops-approver")
+    expect(decided).to_contain_text("“not without the receipt”")
+    expect(decided.get_by_role("button")).to_have_count(0)  # nothing left to decide
+    screenshot(page, "approvals", tmp_path)
+
+    # filtered by status: that status only, newest first
+    page.locator("#approval-filters select[name=status]").select_option("denied")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(page.locator("#pending-approvals")).to_have_count(0)
+    expect(page.locator("#approvals tbody tr")).to_have_count(1)
+    expect(approval_row(page, denied)).to_be_visible()
+
+    # one approval on a page of its own, linked from the list
+    page.get_by_role("link", name="Clear").click() if False else page.goto("/dashboard/#/approvals")
+    row.locator("td").nth(1).get_by_role("link").click()
+    detail = page.locator("#approval")
+    expect(detail.locator("h1")).to_have_text("Approval of payments.refund pending")
+    expect(detail.locator("pre")).to_contain_text('"token": "[REDACTED]"')
+    expect(detail).to_contain_text(world.approval(waiting)["parametersDigest"])
+    expect(count).to_have_text("1")
+
+
+def test_an_approver_key_approves_with_a_comment_and_the_next_identical_call_is_allowed(
+    page, world, tmp_path
+):
+    agent = world.agent("refunder", REFUNDS)
+    approval_id = world.escalate(agent, amount=5000, order="A-1042")
+    # an admin makes the approver key in the page (the admin key made the call: it may not decide)
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="API keys").click()
+    form = page.locator("#create-key")
+    form.locator("input[name=name]").fill("ops-approver")
+    form.locator("input[value=read-only]").uncheck()
+    form.locator("input[value=approver]").check()
+    form.get_by_role("button", name="Create key").click()
+    expect(page.locator("tr[data-key='ops-approver']")).to_contain_text("approver")
+    approver = page.locator("#new-key-value").input_value()
+    page.get_by_role("button", name="Sign out").click()
+
+    probes: list[Request] = []
+    page.on("request", lambda r: probes.append(r) if "/v1/approvals/" in r.url else None)
+    sign_in(page, approver)
+    expect(page.locator("#who-scope")).to_have_text("approver")
+    # the page told approver from read-only without deciding anything: one OPTIONS request
+    assert [r.method for r in probes] == ["OPTIONS"]
+    expect(page.locator("#pending-count")).to_have_text("1")
+    assert_no_agent_controls = page.get_by_role("button", name="Suspend")
+    expect(assert_no_agent_controls).to_have_count(0)  # approver decides approvals, nothing else
+
+    page.get_by_role("link", name="Approvals").click()
+    row = approval_row(page, approval_id)
+    row.get_by_role("textbox", name="Comment").fill("refund agreed with the customer")
+    row.get_by_role("button", name="Approve").click()
+    expect(page.locator("#confirm-text")).to_contain_text(
+        "Approve the call of payments.refund by agent “refunder”?"
+    )
+    confirm(page, "Approve")
+    expect(page.locator("#message")).to_have_text(
+        "Approved: the next identical call of payments.refund by “refunder” will be allowed once."
+    )
+    expect(page.locator("#pending-approvals")).to_have_count(0)
+    expect(page.locator("main")).to_contain_text("Nothing waits for a decision.")
+    expect(row.locator(".badge")).to_have_text("approved")
+    expect(row).to_contain_text("approved by ops-approver")
+    expect(row).to_contain_text("“refund agreed with the customer”")
+    expect(page.locator("#pending-count")).to_be_hidden()
+    stored = world.approval(approval_id)
+    assert stored["status"] == "approved"
+    assert stored["comment"] == "refund agreed with the customer"
+    assert stored["decidedBy"]["name"] == "ops-approver"
+
+    allowed = world.decide(agent, "payments.refund", amount=5000, order="A-1042")
+    assert allowed["allowed"] is True
+    assert allowed["approvalId"] == approval_id
+    again = world.decide(agent, "payments.refund", amount=5000, order="A-1042")
+    assert again["outcome"] == "escalated"  # single use: the next identical call asks anew
+
+    # the audit log: the escalation, the decision and the call it allowed, each with its approval
+    page.get_by_role("link", name="Audit log").click()
+    entries = page.locator("#entries tbody tr")
+    expect(entries).to_have_count(4)
+    expect(entries.nth(0).locator(".badge").first).to_have_text("escalated")
+    expect(entries.nth(1).locator(".badge").first).to_have_text("allowed")
+    decision = entries.nth(2)
+    expect(decision.locator(".badge")).to_have_text(["allowed", "approval approved"])
+    expect(decision).to_contain_text("refund agreed with the customer")
+    expect(entries.nth(3).locator(".badge").first).to_have_text("escalated")
+    for n in (1, 2, 3):
+        link = entries.nth(n).get_by_role("link", name=re.compile(r"^approval "))
+        expect(link).to_have_attribute("href", f"#/approvals/{approval_id}")
+    screenshot(page, "audit-approvals", tmp_path)
+    entries.nth(2).get_by_role("link", name=re.compile(r"^approval ")).click()
+    expect(page.locator("#approval .badge")).to_have_text("used")
+    expect(page.locator("#approval")).to_contain_text("approved by ops-approver")
+    expect(page.locator("#pending-count")).to_have_text("1")  # the new escalation
+
+
+def test_the_key_that_made_the_call_is_refused_in_words(page, world):
+    agent = world.agent("refunder", REFUNDS)
+    approval_id = world.escalate(agent, amount=5000)  # made with the admin key
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="Approvals").click()
+    decide_in_page(page, approval_id, "Approve", "my own refund")
+    message = page.locator("#message")
+    expect(message).to_contain_text(
+        "This key may not decide this approval: it made the call that asked for it"
+    )
+    expect(message).to_contain_text("The service answered 403 SELF_APPROVAL_FORBIDDEN: ")
+    row = approval_row(page, approval_id)
+    expect(row.locator(".badge")).to_have_text("pending")
+    expect(row.get_by_role("textbox", name="Comment")).to_have_value("my own refund")  # kept
+    assert world.approval(approval_id)["status"] == "pending"
+
+
+def test_a_read_only_key_sees_approvals_without_buttons(page, world):
+    agent = world.agent("refunder", REFUNDS)
+    approval_id = world.escalate(agent, amount=5000, token="hunter2")
+    reader = world.tenant.key("read-only")
+    sign_in(page, reader)
+    expect(page.locator("#who-scope")).to_have_text("read-only")
+    expect(page.locator("#pending-count")).to_have_text("1")
+    page.get_by_role("link", name="Approvals").click()
+    row = approval_row(page, approval_id)
+    expect(row.locator(".badge")).to_have_text("pending")
+    expect(row.locator("pre")).to_contain_text('"token": "[REDACTED]"')
+    expect(page.locator("#approvals-read-only")).to_contain_text("admin or approver scope")
+    expect(page.locator("#pending-approvals thead th")).to_have_count(7)  # no Decision column
+    assert page.locator("main button").all_inner_texts() == [
+        "Apply filters", "Clear", "← Newer", "Older →",
+    ]  # fmt: skip
+    expect(page.get_by_role("textbox", name="Comment")).to_have_count(0)
+    assert_no_mutation_controls(page)
+    page.goto(f"/dashboard/#/approvals/{approval_id}")
+    expect(page.locator("#approval h1")).to_contain_text("pending")
+    assert page.locator("main button").count() == 0
+    assert_no_mutation_controls(page)
+
+
+def test_deny_and_an_approval_decided_meanwhile(page, world):
+    agent = world.agent("refunder", REFUNDS)
+    first = world.escalate(agent, amount=5000)
+    second = world.escalate(agent, amount=7000)
+    approver = world.key("ops-approver", "approver")
+    colleague = world.key("colleague", "approver")
+    sign_in(page, approver)
+    page.get_by_role("link", name="Approvals").click()
+    expect(page.locator("#pending-count")).to_have_text("2")
+    decide_in_page(page, first, "Deny", "no receipt")
+    expect(page.locator("#message")).to_contain_text(
+        "Denied: identical calls of payments.refund by “refunder” will be denied until "
+    )
+    row = approval_row(page, first)
+    expect(row.locator(".badge")).to_have_text("denied")
+    expect(row).to_contain_text("denied by ops-approver")
+    expect(page.locator("#pending-count")).to_have_text("1")
+    refused = world.decide(agent, "payments.refund", amount=5000)
+    assert refused["allowed"] is False
+    assert refused["approvalId"] == first
+
+    # a colleague decides the other one while this page still offers it: the page says so
+    decided = httpx.post(
+        f"{world.base}/v1/approvals/{second}/approve", headers=bearer(colleague)
+    )
+    assert decided.status_code == 200, decided.text
+    decide_in_page(page, second, "Deny")
+    message = page.locator("#message")
+    expect(message).to_contain_text("This approval no longer waits for a decision")
+    expect(message).to_contain_text("The service answered 409 APPROVAL_NOT_PENDING: ")
+    other = approval_row(page, second)
+    expect(other.locator(".badge")).to_have_text("approved")  # the page, redrawn
+    expect(other).to_contain_text("approved by colleague")
+    expect(page.locator("#pending-count")).to_be_hidden()
+    assert world.approval(second)["status"] == "approved"
+
+
+def test_an_expired_approval_shows_as_expired(page, world):
+    agent = world.agent("refunder", REFUNDS)
+    approval_id = world.escalate(agent, amount=5000)
+    world.expire(approval_id)
+    approver = world.key("ops-approver", "approver")
+    sign_in(page, approver)
+    expect(page.locator("#who-scope")).to_have_text("approver")
+    page.get_by_role("link", name="Approvals").click()
+    expect(page.locator("main")).to_contain_text("Nothing waits for a decision.")
+    row = approval_row(page, approval_id)
+    expect(row.locator(".badge")).to_have_text("expired")
+    expect(row.locator("td.expires")).to_contain_text(re.compile(r"\d+ min ago"))
+    expect(row.get_by_role("button")).to_have_count(0)
+    expect(page.locator("#pending-count")).to_be_hidden()
+    page.locator("#approval-filters select[name=status]").select_option("expired")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(page.locator("#approvals tbody tr")).to_have_count(1)
+    page.locator("#approval-filters select[name=status]").select_option("pending")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(page.locator("main")).to_contain_text("No approvals match.")
+
+
+@pytest.mark.parametrize("scope", ["approver", "read-only"])
+def test_a_second_scope_probe_that_fails_is_shown_and_signs_nobody_in(
+    page, world, expected_console_errors, scope
+):
+    expected_console_errors.append("status of 500")
+    key = world.tenant.key(scope)
+    probe = requests_to("/v1/approvals/00000000-0000-4000-8000-000000000000/approve")
+    page.route(probe, answer_with(500, "INTERNAL_ERROR", "unexpected server error"), times=1)
+    page.goto("/dashboard/")
+    page.locator("#key-input").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#message")).to_have_text(
+        "The service answered 500 INTERNAL_ERROR: unexpected server error"
+    )
+    expect(page.locator("#who")).to_be_hidden()
+    assert page.evaluate("sessionStorage.length") == 0
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#who-scope")).to_have_text(scope)

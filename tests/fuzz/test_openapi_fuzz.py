@@ -109,15 +109,23 @@ def world(client, admin_headers) -> dict[str, str]:
         },
         {"type": "time_based", "tools": ["*e*"], "timeWindow": {"allowedHours": [22, 23]}},
         {"type": "rate_limit", "rateLimit": {"maxCalls": 50, "windowSeconds": 60}},
+        {"type": "require_approval", "tools": ["*q*"], "approval": {"ttlSeconds": 600}},
         {"type": "tool_allowlist"},
     ]
     body = {"agent_id": agent["id"], "name": "everything", "rules": rules}
     policy = client.post("/v1/policies", json=body, headers=admin_headers).get_json()
     check = {"agent_id": agent["id"], "tool_name": "pay.refund", "parameters": {"amount": 5}}
     assert client.post("/v1/authorize", json=check, headers=admin_headers).status_code == 200
+    asks = {"agent_id": agent["id"], "tool_name": "q.exec", "parameters": {}}
+    escalated = client.post("/v1/authorize", json=asks, headers=admin_headers).get_json()
     key = {"name": "spare", "scopes": ["read-only"]}
     spare = client.post("/v1/api-keys", json=key, headers=admin_headers).get_json()
-    return {"agents": agent["id"], "policies": policy["id"], "api-keys": spare["id"]}
+    return {
+        "agents": agent["id"],
+        "policies": policy["id"],
+        "api-keys": spare["id"],
+        "approvals": escalated["approvalId"],
+    }
 
 
 def _existing(value: Any, world: dict[str, str], noun: str) -> Any:

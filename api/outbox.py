@@ -1,0 +1,210 @@
+"""The webhook delivery worker: takes due deliveries from the outbox (the rows
+``core.hotpath.approvals.enqueue`` writes with the events that caused them), tries each
+(``api.delivery``) and records what came of it (``core.store.webhooks``).
+
+- :func:`deliver_due` is one pass, synchronous, against a database and a clock: the tests call
+  it with theirs.
+- :class:`Worker` runs passes on a thread of its own, every half second, until stopped; a
+  stop lets the tries under way finish and be recorded.
+- :class:`DeliveryProcess` is how ``agentauth serve`` runs it: one child process per server
+  (``python -m api.outbox``), started once the metrics folder exists and stopped by its PID
+  when the server stops (SIGTERM, then SIGKILL). Not a thread of the gunicorn master, which
+  forks its workers; not in the workers, of which there are several.
+
+Nothing is lost to a crash: a delivery is leased (``core.store.webhooks.lease``) while it is
+tried, and a lease left by a killed worker expires, so the next start tries it again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from api.delivery import deliver, event_body
+from api.metrics import WEBHOOK_DELIVERIES
+from core.config import Settings
+from core.domain.clock import Clock, utc_now
+from core.domain.errors import AgentAuthError
+from core.domain.webhooks import DeliveryStatus
+from core.store.database import Database
+from core.store.webhooks import DueDelivery, find_due, lease, record_try
+
+#: how often the worker looks for due deliveries
+POLL_SECONDS = 0.5
+#: how long a try may hold its delivery: well past a try's 10 s and its DNS lookup
+LEASE = timedelta(seconds=60)
+#: deliveries taken per pass, and tried at once
+BATCH = 32
+PARALLEL = 8
+#: the metric's label for each recorded outcome
+RESULTS = {
+    DeliveryStatus.DELIVERED: "delivered",
+    DeliveryStatus.PENDING: "retry",
+    DeliveryStatus.FAILED: "failed",
+}
+
+log = logging.getLogger("agentauth.webhooks")
+
+
+def deliver_due(
+    db: Database,
+    clock: Clock,
+    *,
+    allow_private: bool,
+    limit: int = BATCH,
+    workspace_id: str | None = None,
+    pool: ThreadPoolExecutor | None = None,
+) -> list[DeliveryStatus]:
+    """One pass: lease up to ``limit`` due deliveries (only ``workspace_id``'s when given),
+    try each (on ``pool`` when given, else one after the other) and record it. The statuses
+    recorded, in the order of the deliveries' ids; a delivery whose lease was lost meanwhile
+    is left out."""
+    now = clock()
+    with db.transaction() as session:
+        wanted = find_due(session, now, limit, workspace_id)
+    if not wanted:  # the common case takes no write lock
+        return []
+    with db.transaction(write=True) as session:
+        taken = lease(session, wanted, now, now + LEASE)
+    attempt = partial(_attempt, db, clock, allow_private)
+    done: Iterable[DeliveryStatus | None] = (
+        pool.map(attempt, taken) if pool is not None else map(attempt, taken)
+    )
+    return [status for status in done if status is not None]
+
+
+def _attempt(
+    db: Database, clock: Clock, allow_private: bool, due: DueDelivery
+) -> DeliveryStatus | None:
+    body = event_body(due.payload)
+    result = deliver(due.url, due.secret, due.event_id, body, clock(), allow_private)
+    with db.transaction(write=True) as session:
+        status = record_try(session, due, result, clock())
+    if status is None:
+        log.warning(_line("lease lost: another worker took the delivery over", due))
+        return None
+    WEBHOOK_DELIVERIES.labels(RESULTS[status]).inc()
+    if status is not DeliveryStatus.DELIVERED:
+        log.warning(_line(f"try failed ({status})", due, error=result.error))
+    return status
+
+
+def _line(message: str, due: DueDelivery, **extra: Any) -> str:
+    """A JSON log line naming the delivery, never its URL (which may hold a token)."""
+    fields = {"message": message, "deliveryId": due.id, "eventId": due.event_id}
+    return json.dumps({**fields, "try": due.tries + 1, **extra})
+
+
+class Worker:
+    """Delivery passes on a thread of their own until :meth:`stop`."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        allow_private: bool,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
+        self._db, self._clock, self._allow_private = db, clock, allow_private
+        self._poll = poll_seconds
+        self._stopping = threading.Event()
+        self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="webhook-try")
+        self._thread = threading.Thread(target=self._run, name="webhook-deliveries", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Take no more deliveries; return once the tries under way are recorded."""
+        self._stopping.set()
+        self._thread.join()
+        self._pool.shutdown(wait=True)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            taken = 0
+            try:
+                taken = len(
+                    deliver_due(
+                        self._db, self._clock, allow_private=self._allow_private, pool=self._pool
+                    )
+                )
+            except AgentAuthError as exc:  # the database is away: try again at the next poll
+                log.warning(json.dumps({"message": f"delivery pass failed: {exc.message}"}))
+            except Exception:
+                log.exception("delivery pass failed")
+            if taken < BATCH:  # a full batch suggests more are due: no pause then
+                self._stopping.wait(self._poll)
+
+
+class DeliveryProcess:
+    """The worker as a child process of this one, sharing its output; stopped with it.
+
+    The database URL goes to the child in its environment, not its command line, where every
+    user of the machine could read a password in it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._owner = os.getpid()
+        environment = {
+            **os.environ,
+            "AGENTAUTH_DATABASE_URL": settings.database_url,
+            "AGENTAUTH_WEBHOOK_ALLOW_PRIVATE": str(settings.webhook_allow_private).lower(),
+        }
+        sys.stdout.flush()
+        # our own interpreter and module, no shell: nothing to inject
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "api.outbox"], env=environment, stdin=subprocess.DEVNULL
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds. Does nothing in another process: a
+        gunicorn worker leaves by raising SystemExit through the frames it was forked from."""
+        if os.getpid() != self._owner:
+            return
+        self.process.terminate()  # Popen signals only a child of its own, not yet reaped
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def main() -> None:
+    """The child's life: deliver until SIGTERM or SIGINT, or until the server that started it
+    is gone (killed with SIGKILL, it could not say so)."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    parent = os.getppid()
+    try:
+        settings = Settings.from_env()
+        db = Database(settings)
+    except AgentAuthError as exc:
+        log.error(json.dumps({"message": f"webhook deliveries cannot start: {exc.message}"}))
+        sys.exit(1)
+    worker = Worker(db, utc_now, allow_private=settings.webhook_allow_private)
+    worker.start()
+    while not stopping.wait(1.0) and os.getppid() == parent:
+        pass
+    worker.stop()
+    db.dispose()
+
+
+if __name__ == "__main__":
+    main()
