@@ -12,8 +12,8 @@ Three layers, each importing only the ones below it (import-linter holds this in
 ``core.store``
     SQLAlchemy: ``database`` (engines, sessions, error translation), ``models``, ``migrate``
     and the Alembic ``migrations``, and one module per stored noun (``agents``, ``policies``,
-    ``keys``, ``audit``, ``approvals`` (reads), ``limits``, ``sync_status``, ``paging``). Transactions belong to the
-    caller; nothing here commits on its own.
+    ``keys``, ``audit``, ``approvals`` (reads), ``limits``, ``sync_status``, ``paging``).
+    Transactions belong to the caller; nothing here commits on its own.
 ``core.config``
     ``Settings``: the only place that reads the environment.
 ``core.domain``

@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import rfc8785
 
+from core.domain.redaction import scrub
+
 
 class ApprovalStatus(StrEnum):
     PENDING = "pending"
@@ -47,6 +49,16 @@ def parameters_digest(parameters: Any) -> str | None:
     except rfc8785.CanonicalizationError:
         return None
     return hashlib.sha256(canonical).hexdigest()
+
+
+def call_digest(tool_name: str, parameters: Any) -> str | None:
+    """The parameters digest an approval of this call is bound to; None when the call cannot be
+    bound to one: its parameters have no exact canonical form, or its tool name holds an API key
+    of this service (stored approvals show tool names with keys masked, and two names that
+    differ only in the key would read the same)."""
+    if scrub(tool_name) != tool_name:
+        return None
+    return parameters_digest(parameters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +106,7 @@ class MemoryApprovals:
         self._lock = threading.Lock()
 
     def for_call(self, tool_name: str, parameters: Any) -> _MemoryCall | None:
-        digest = parameters_digest(parameters)
+        digest = call_digest(tool_name, parameters)
         return None if digest is None else _MemoryCall(self, (tool_name, digest))
 
     def decide(self, approval_id: str, approved: bool, now: datetime) -> bool:

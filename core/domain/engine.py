@@ -270,7 +270,7 @@ def settle(result: Evaluated, consume: Consume, approvals: CallApprovals | None 
     """The decision :func:`evaluate` left open. A grant pending on rate limits: granted when
     ``consume`` took one call from every limit, else the rate-limit deny of the exhausted one.
     A call that needs approval: settled with ``approvals``, the call's own (decisions §6;
-    None when its parameters cannot be bound to an approval, and then it is denied). A decision
+    None when the call cannot be bound to an approval, and then it is denied). A decision
     already made is returned as it is, and neither is touched."""
     if isinstance(result, PendingGrant):
         return take_limits(result.limits, result.now, consume) or result.granted
@@ -288,8 +288,8 @@ def _settle_approval(
     rule = f"policy '{needs.policy_name}' rule {index} (require_approval)"
     if approvals is None:
         reason = (
-            f"denied by {rule}: {needs.problem}, and its parameters cannot be bound to an "
-            "approval (they hold a number JSON cannot represent exactly)"
+            f"denied by {rule}: {needs.problem}, and the call cannot be bound to an approval "
+            "(a number JSON cannot represent exactly, or an API key in the tool name)"
         )
         return Decision(False, reason, policy, index)
     found = approvals.current(now)

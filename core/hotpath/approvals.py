@@ -24,6 +24,7 @@ from core.domain import ids
 from core.domain.approvals import ApprovalStatus, FoundApproval, effective_status
 from core.domain.clock import isoformat
 from core.domain.errors import ApprovalNotFound, ApprovalNotPending, SelfApprovalForbidden
+from core.domain.redaction import scrub
 from core.hotpath.sql import compile_for
 from core.store import approvals, audit
 from core.store.models import (
@@ -291,7 +292,7 @@ def decide(
         "decided_at": now,
         "decided_by_key_id": key_id,
         "decided_by_name": name,
-        "comment": comment,
+        "comment": None if comment is None else scrub(comment),
     }
     changed = batch.execute(sql.decide, {"approval_id": approval_id, "now": now, **decided})
     if changed.rowcount != 1:  # decided by another process since it was read

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
-from core.domain.approvals import parameters_digest
+from core.domain.approvals import call_digest
 from core.domain.clock import isoformat
 from core.domain.compiler import compile_policy
 from core.domain.engine import (
@@ -217,7 +217,7 @@ def authorize(
 
     else:
         pending = decided
-        digest = parameters_digest(parameters) if isinstance(pending, NeedsApproval) else None
+        digest = call_digest(tool_name, parameters) if isinstance(pending, NeedsApproval) else None
 
         def record(batch: Batch) -> Outcome:
             if on_transaction is not None:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import queue
 import re
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,6 +140,12 @@ def audit(client, headers, **query: Any) -> list[Any]:
     return list(response.get_json()["data"])
 
 
+def calls(client, headers, agent_id: str, result: str) -> list[Any]:
+    """The agent's audited calls (action ``authorize``, not the decisions on approvals) with
+    this result, newest first."""
+    return audit(client, headers, agent_id=agent_id, action="authorize", result=result)
+
+
 # --- fixtures ---------------------------------------------------------------------------------
 
 
@@ -202,9 +211,7 @@ def test_an_escalated_call_is_audited_as_escalated_with_its_approval(client, run
     assert entry["approvalId"] == decision["approvalId"]
     assert (entry["policyId"], entry["ruleIndex"]) == (refunds.policy_id, APPROVAL_RULE)
     assert entry["reason"] == decision["reason"]
-    by_result = audit(
-        client, runner.headers, agent_id=refunds.agent_id, action="authorize", result="escalated"
-    )
+    by_result = calls(client, runner.headers, refunds.agent_id, "escalated")
     assert [e["id"] for e in by_result] == [entry["id"]]
 
 
@@ -357,9 +364,7 @@ def test_an_approved_call_is_allowed_once_then_escalates_anew(
     used = read(client, runner.headers, pending["approvalId"])
     assert used["status"] == "used"
     assert before < instant(used["usedAt"]) <= after
-    [entry] = audit(
-        client, runner.headers, agent_id=refunds.agent_id, action="authorize", result="allowed"
-    )
+    [entry] = calls(client, runner.headers, refunds.agent_id, "allowed")
     assert (entry["id"], entry["approvalId"]) == (allowed["auditId"], pending["approvalId"])
 
     anew = escalate(client, runner.headers, refunds.agent_id, amount=1500)
@@ -430,15 +435,16 @@ def test_a_denied_approval_denies_identical_calls_until_it_expires_then_they_esc
         assert (decision["policyId"], decision["ruleIndex"]) == (refunds.policy_id, APPROVAL_RULE)
         assert f"approval {pending['approvalId']} was denied" in decision["reason"]
         assert "approvalExpiresAt" not in decision
-    entries = audit(
-        client, runner.headers, agent_id=refunds.agent_id, action="authorize", result="denied"
-    )
+    entries = calls(client, runner.headers, refunds.agent_id, "denied")
     assert [entry["approvalId"] for entry in entries] == [pending["approvalId"]] * 2
     # another call is untouched by the denial
     other = escalate(client, runner.headers, refunds.agent_id, amount=1501)
     assert other["approvalId"] != pending["approvalId"]
 
-    clock.advance(DEFAULT_TTL.total_seconds())
+    clock.advance(DEFAULT_TTL.total_seconds() - 1)  # a second before it expires: still denied
+    late = decide(client, runner.headers, refunds.agent_id, REFUND, amount=1500)
+    assert (late["outcome"], late["approvalId"]) == ("denied", pending["approvalId"])
+    clock.advance(1)
     anew = escalate(client, runner.headers, refunds.agent_id, amount=1500)
     assert anew["approvalId"] not in (pending["approvalId"], other["approvalId"])
     assert read(client, runner.headers, pending["approvalId"])["status"] == "denied"
@@ -504,6 +510,25 @@ def test_an_approver_key_may_not_create_agents_or_policies(client, alice, refund
     body = {"agent_id": refunds.agent_id, "name": "open", "rules": [{"type": "tool_allowlist"}]}
     policy = client.post("/v1/policies", json=body, headers=alice.headers)
     assert_error(policy, 403, "INSUFFICIENT_SCOPE")
+
+
+def test_an_approver_key_changes_nothing_else(client, admin_headers, alice, refunds):
+    """Nor may it change or delete them, or mint keys (a key of its own could call the agent
+    and another approve for it)."""
+    policy = f"/v1/policies/{refunds.policy_id}"
+    agent = f"/v1/agents/{refunds.agent_id}"
+    for response in (
+        client.patch(policy, json={"enabled": False}, headers=alice.headers),
+        client.delete(policy, headers=alice.headers),
+        client.patch(agent, json={"status": "suspended"}, headers=alice.headers),
+        client.delete(agent, headers=alice.headers),
+        client.post(
+            "/v1/api-keys", json={"name": "x", "scopes": ["approver"]}, headers=alice.headers
+        ),
+    ):
+        assert_error(response, 403, "INSUFFICIENT_SCOPE")
+    assert client.get(policy, headers=admin_headers).json["enabled"] is True
+    assert client.get(agent, headers=admin_headers).json["status"] == "active"
 
 
 def test_an_approver_key_reads_agents_audit_logs_and_approvals(client, runner, alice, refunds):
@@ -667,12 +692,7 @@ def test_an_approved_approval_not_used_before_expiry_reads_expired_and_the_call_
 
     anew = escalate(client, runner.headers, refunds.agent_id, amount=1500)
     assert anew["approvalId"] != pending["approvalId"]
-    assert (
-        audit(
-            client, runner.headers, agent_id=refunds.agent_id, action="authorize", result="allowed"
-        )
-        == []
-    )
+    assert calls(client, runner.headers, refunds.agent_id, "allowed") == []
     assert read(client, runner.headers, pending["approvalId"])["usedAt"] is None
 
 
@@ -798,7 +818,7 @@ def test_an_approved_call_refused_by_an_exhausted_rate_limit_leaves_the_approval
     assert (refused["allowed"], refused["outcome"], refused["ruleIndex"]) == (False, "denied", 2)
     assert refused["approvalId"] is None
     assert "retryAfterSeconds" in refused
-    [entry] = audit(client, runner.headers, agent_id=agent, action="authorize", result="denied")
+    [entry] = calls(client, runner.headers, agent, "denied")
     assert entry["approvalId"] is None
     approval = read(client, runner.headers, pending["approvalId"])
     assert (approval["status"], approval["usedAt"]) == ("approved", None)
@@ -831,26 +851,28 @@ def test_deleting_the_agent_deletes_its_approvals(client, admin_headers, runner,
 # --- API keys never travel back ---------------------------------------------------------------
 
 
-def test_a_key_in_the_tool_name_is_masked_on_the_approval_as_in_the_audit_log(
+def test_a_call_whose_tool_name_holds_a_key_is_denied_not_bound_to_an_approval(
     client, admin_headers, runner
 ):
-    # BUG: core/hotpath/approvals.py BatchApprovals._create stores the tool name as received
-    # (core/hotpath/decisions.py passes tool_name unscrubbed); GET /v1/approvals/:id then shows
-    # the key, while the audit entry of the same call shows "calendar.[REDACTED]".
+    """Approvals show tool names with keys masked, so two names differing only in the key
+    would read alike: such a call is denied rather than escalated, and no approval is made."""
     agent = new_agent(client, admin_headers, [{"type": "require_approval"}]).agent_id
     planted = "svc_" + "5e" * 16
-    decision = escalate(client, runner.headers, agent, f"calendar.{planted}")
-    approval = read(client, runner.headers, decision["approvalId"])
+    body = {"agent_id": agent, "tool_name": f"calendar.{planted}", "parameters": {}}
+    response = client.post("/v1/authorize", json=body, headers=runner.headers)
+    assert response.status_code == 200
+    assert planted not in response.get_data(as_text=True)
+    decision = response.json
+    assert (decision["outcome"], decision["approvalId"]) == ("denied", None)
+    assert "cannot be bound to an approval" in decision["reason"]
+    assert listed_ids(client, admin_headers) == []
     [entry] = audit(client, runner.headers, agent_id=agent)
-    assert planted not in json.dumps(approval)
-    assert approval["toolName"] == entry["toolName"] == f"calendar.{MASK}"
+    assert entry["toolName"] == f"calendar.{MASK}"
 
 
 def test_a_key_in_the_comment_is_masked_on_the_approval_as_in_the_audit_log(
     client, runner, alice, refunds
 ):
-    # BUG: core/hotpath/approvals.py decide() stores and returns the comment as received,
-    # while the audit entry's reason (the same comment) has the key scrubbed.
     pending = escalate(client, runner.headers, refunds.agent_id, amount=1500)
     planted = "svc_" + "7a" * 16
     decided = approve(client, alice.headers, pending["approvalId"], comment=f"use {planted}")
@@ -863,84 +885,133 @@ def test_a_key_in_the_comment_is_masked_on_the_approval_as_in_the_audit_log(
 
 # --- single use across processes --------------------------------------------------------------
 
-PROCESSES = 20
-START_SECONDS = 120  # every process imports the app and connects before the start signal
-RESULTS_SECONDS = 240  # the whole run, start included: a bound, never a measurement
+CALLERS = 20
+RUN_SECONDS = 240  # the whole run, start-up included: a bound, never a measurement
 STOP_SECONDS = 10
+ROOT = Path(__file__).resolve().parents[2]
+KEY_VARIABLE = "AGENTAUTH_TEST_CALLER_KEY"  # the key travels in the environment, not argv
+CALLER = "from tests.api.test_approvals import call_when_told; call_when_told()"
 
 
-def _authorize_in_a_process(
-    database_url: str,
-    moment: datetime,
-    agent_id: str,
-    parameters: dict[str, Any],
-    start: Any,
-    results: Any,
-    key: str,
-) -> None:
-    """One OS process: its own app (its own connections and group-commit recorder) on the
-    shared database, one identical call once every process is ready; puts (pid, key, status,
-    body) on ``results``, or (pid, key, None, error)."""
+def call_when_told() -> None:
+    """A caller process's main: its own app (its own connections and group-commit recorder) on
+    the shared database. Prints ``{"ready": status}`` once connected, waits for the start signal
+    (end of file on stdin, which every caller gets at once), makes one call and prints
+    ``{"status", "body"}``; ``{"error"}`` instead if anything fails."""
     from api import create_app
 
+    database_url, moment, agent_id, parameters = sys.argv[1:5]
     settings = Settings(database_url=database_url, rate_limit_per_minute=100_000)
-    app = create_app(settings, clock=FakeClock(moment=moment))
+    app = create_app(settings, clock=FakeClock(moment=datetime.fromisoformat(moment)))
+    headers = bearer(os.environ[KEY_VARIABLE])
+
+    def say(message: dict[str, Any]) -> None:
+        print(json.dumps(message), flush=True)
+
     try:
         client = app.test_client()
-        ready = client.get(f"/v1/agents/{agent_id}", headers=bearer(key))  # connected, key known
-        assert ready.status_code == 200, ready.get_data(as_text=True)
-        start.wait(timeout=START_SECONDS)
-        body = {"agent_id": agent_id, "tool_name": REFUND, "parameters": parameters}
-        response = client.post("/v1/authorize", json=body, headers=bearer(key))
-        results.put((os.getpid(), key, response.status_code, response.get_json()))
-    except BaseException as exc:
-        results.put((os.getpid(), key, None, repr(exc)))
+        say({"ready": client.get(f"/v1/agents/{agent_id}", headers=headers).status_code})
+        sys.stdin.buffer.read()  # the start signal
+        body = {"agent_id": agent_id, "tool_name": REFUND, "parameters": json.loads(parameters)}
+        response = client.post("/v1/authorize", json=body, headers=headers)
+        say({"status": response.status_code, "body": response.get_json()})
+    except Exception as exc:
+        say({"error": repr(exc)})
     finally:
         app.extensions["agentauth"].close()
 
 
+def _forward_lines(stream: Any, index: int, into: queue.Queue[tuple[int, Any]]) -> None:
+    for line in stream:
+        into.put((index, line))
+    into.put((index, None))  # end of file: the process has ended
+
+
+def _one_line_each(
+    lines: queue.Queue[tuple[int, Any]], count: int, deadline: float, logs: Path
+) -> dict[int, Any]:
+    """The next message of every caller, by index; fails at the deadline or when one ends
+    without it."""
+    got: dict[int, Any] = {}
+    while len(got) < count:
+        try:
+            index, line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail(f"{len(got)} of {count} callers answered in time")
+        if line is None:
+            if index in got:  # it said what it had to, then ended
+                continue
+            pytest.fail(f"caller {index} ended early:\n{(logs / f'{index}.log').read_text()}")
+        message = json.loads(line)
+        assert "error" not in message, (index, message)
+        got[index] = message
+    return got
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Each caller ends by itself once it has answered; any still running after
+    :data:`STOP_SECONDS` is killed (SIGKILL to its PID)."""
+    grace = time.monotonic() + STOP_SECONDS
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, grace - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_SECONDS)
+
+
 @pytest.mark.slow
 def test_an_approval_allows_exactly_one_of_many_identical_calls_from_separate_processes(
-    client, settings, workspace, runner, alice, refunds, clock
+    client, settings, workspace, runner, alice, refunds, clock, tmp_path
 ):
     parameters = {"amount": 5000, "currency": "EUR"}
     pending = escalate(client, runner.headers, refunds.agent_id, **parameters)
     approved(client, alice.headers, pending["approvalId"])
-    keys = [workspace.key("approver") for _ in range(PROCESSES)]  # a key each: no shared slot
+    keys = [workspace.key("approver") for _ in range(CALLERS)]  # a key each: no shared slot
+    argv = [
+        sys.executable, "-c", CALLER, settings.database_url, clock.moment.isoformat(),
+        refunds.agent_id, json.dumps(parameters),
+    ]  # fmt: skip
 
-    context = multiprocessing.get_context("spawn")  # nothing of this process's connections
-    start = context.Barrier(PROCESSES)
-    results = context.Queue()
-    shared = (settings.database_url, clock.moment, refunds.agent_id, parameters, start, results)
-    processes = [
-        context.Process(target=_authorize_in_a_process, args=(*shared, key)) for key in keys
-    ]
-    told = []
-    deadline = time.monotonic() + RESULTS_SECONDS
+    deadline = time.monotonic() + RUN_SECONDS
+    lines: queue.Queue[tuple[int, Any]] = queue.Queue()
+    processes: list[subprocess.Popen[bytes]] = []
+    readers = []
+    start_read, start_write = os.pipe()  # every caller's stdin: closing it starts them all
     try:
-        for process in processes:
-            process.start()
-        for _ in processes:
-            try:
-                told.append(results.get(timeout=max(0.0, deadline - time.monotonic())))
-            except queue.Empty:
-                pytest.fail(f"{len(told)} of {PROCESSES} processes answered in time")
+        for index, key in enumerate(keys):
+            with (tmp_path / f"{index}.log").open("wb") as log:
+                process = subprocess.Popen(
+                    argv,
+                    stdin=start_read,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    cwd=ROOT,
+                    env={**os.environ, KEY_VARIABLE: key},
+                )
+            processes.append(process)
+            reader = threading.Thread(target=_forward_lines, args=(process.stdout, index, lines))
+            reader.start()
+            readers.append(reader)
+        ready = _one_line_each(lines, CALLERS, deadline, tmp_path)
+        assert {message["ready"] for message in ready.values()} == {200}
+        os.close(start_write)
+        start_write = -1
+        told = _one_line_each(lines, CALLERS, deadline, tmp_path)
     finally:
+        os.close(start_read)
+        if start_write != -1:
+            os.close(start_write)
+        _stop(processes)
+        for reader in readers:
+            reader.join(timeout=STOP_SECONDS)
         for process in processes:
-            if process.pid is None:
-                continue
-            process.join(timeout=max(0.0, min(STOP_SECONDS, deadline - time.monotonic())))
-            if process.is_alive():
-                process.kill()  # SIGKILL to its PID
-                process.join(timeout=STOP_SECONDS)
-        results.close()
-    clock.advance(1)  # past every reading the processes took
+            process.stdout.close()
+    clock.advance(1)  # past every reading the callers took
 
-    failed = [(pid, body) for pid, _, status, body in told if status != 200]
-    assert failed == []
-    assert len({pid for pid, *_ in told}) == PROCESSES
-    allowed = [(key, body) for _, key, _, body in told if body["allowed"]]
-    others = [(key, body) for _, key, _, body in told if not body["allowed"]]
+    assert {message["status"] for message in told.values()} == {200}
+    allowed = [(i, m["body"]) for i, m in told.items() if m["body"]["allowed"]]
+    others = [(i, m["body"]) for i, m in told.items() if not m["body"]["allowed"]]
     assert len(allowed) == 1, [body for _, body in allowed]
     assert allowed[0][1]["approvalId"] == pending["approvalId"]
     assert allowed[0][1]["ruleIndex"] == APPROVAL_RULE
@@ -951,15 +1022,10 @@ def test_an_approval_allows_exactly_one_of_many_identical_calls_from_separate_pr
     assert read(client, alice.headers, pending["approvalId"])["status"] == "used"
     assert read(client, alice.headers, anew)["status"] == "pending"
     assert listed_ids(client, alice.headers, agent_id=refunds.agent_id, status="pending") == [anew]
-    grants = audit(
-        client, alice.headers, agent_id=refunds.agent_id, action="authorize", result="allowed"
-    )
+    grants = calls(client, alice.headers, refunds.agent_id, "allowed")
     assert [entry["approvalId"] for entry in grants] == [pending["approvalId"]]
-    escalations = audit(
-        client, alice.headers, agent_id=refunds.agent_id, action="authorize", result="escalated"
-    )
+    escalations = calls(client, alice.headers, refunds.agent_id, "escalated")
     assert len(escalations) == 1 + len(others)
-    # every process that escalated asked for the new approval: none of their keys may decide it
-    for key, _ in others:
-        response = approve(client, bearer(key), anew)
-        assert_error(response, 403, "SELF_APPROVAL_FORBIDDEN")
+    # every caller that escalated asked for the new approval: none of their keys may decide it
+    for index, _ in others:
+        assert_error(approve(client, bearer(keys[index]), anew), 403, "SELF_APPROVAL_FORBIDDEN")
