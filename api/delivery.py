@@ -42,8 +42,11 @@ def check_url(url: str, allow_private: bool) -> list[str]:
     """The addresses ``url``'s host resolves to, all of them allowed; Unreachable otherwise."""
     try:
         target = parse_url(url)
+        httpx.URL(url)  # what each try will send it with must take it too
     except ValueError as exc:
         raise Unreachable(f"the URL {exc}") from None
+    except httpx.InvalidURL:
+        raise Unreachable("the URL is not valid") from None
     return resolve(target, allow_private)
 
 
@@ -88,13 +91,16 @@ def deliver(
     the receiver, the network or DNS does: that is a failed try."""
     try:
         target = parse_url(url)
+        host = httpx.URL(url).netloc.decode("ascii")
         addresses = resolve(target, allow_private)
     except ValueError as exc:
         return TryResult(False, error=f"the URL {exc}")
+    except httpx.InvalidURL:
+        return TryResult(False, error="the URL is not valid")
     except Unreachable as exc:
         return TryResult(False, error=str(exc))
     headers = {
-        "Host": httpx.URL(url).netloc.decode("ascii"),
+        "Host": host,
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "X-Agentauth-Event-Id": event_id,

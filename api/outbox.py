@@ -37,7 +37,7 @@ from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
 from core.domain.webhooks import DeliveryStatus
 from core.store.database import Database
-from core.store.webhooks import DueDelivery, find_due, lease, record_try
+from core.store.webhooks import DueDelivery, TryResult, find_due, lease, record_try
 
 #: how often the worker looks for due deliveries
 POLL_SECONDS = 0.5
@@ -86,8 +86,12 @@ def deliver_due(
 def _attempt(
     db: Database, clock: Clock, allow_private: bool, due: DueDelivery
 ) -> DeliveryStatus | None:
-    body = event_body(due.payload)
-    result = deliver(due.url, due.secret, due.event_id, body, clock(), allow_private)
+    try:
+        body = event_body(due.payload)
+        result = deliver(due.url, due.secret, due.event_id, body, clock(), allow_private)
+    except Exception as exc:  # a fault of ours: recorded and retried, the lease not left held
+        log.exception(_line("try failed unexpectedly", due))
+        result = TryResult(False, error=f"internal error ({type(exc).__name__})")
     with db.transaction(write=True) as session:
         status = record_try(session, due, result, clock())
     if status is None:

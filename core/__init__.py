@@ -12,14 +12,15 @@ Three layers, each importing only the ones below it (import-linter holds this in
 ``core.store``
     SQLAlchemy: ``database`` (engines, sessions, error translation), ``models``, ``migrate``
     and the Alembic ``migrations``, and one module per stored noun (``agents``, ``policies``,
-    ``keys``, ``audit``, ``approvals`` (reads), ``limits``, ``sync_status``, ``paging``).
-    Transactions belong to the caller; nothing here commits on its own.
+    ``keys``, ``audit``, ``approvals`` (reads), ``webhooks``, ``limits``, ``sync_status``,
+    ``paging``). Transactions belong to the caller; nothing here commits on its own.
 ``core.config``
     ``Settings``: the only place that reads the environment.
 ``core.domain``
     Pure: ``engine`` (compiled policies + request + now -> Decision), ``compiler``, ``globs``,
     ``limits`` (rate-limit windows), ``approvals`` (the parameters digest, statuses, what the
-    engine asks of stored approvals), ``rules``, ``redaction``, ``validation``, ``jsonvalues``,
+    engine asks of stored approvals), ``webhooks`` (event types, address checks, signatures,
+    the retry schedule), ``rules``, ``redaction``, ``validation``, ``jsonvalues``,
     ``errors`` (the tree in its docstring), ``clock`` and ``ids``. No SQLAlchemy, no driver, no
     IO beyond the clock.
 """

@@ -122,8 +122,13 @@ class ServerProcess:
         return session_members(self.master)
 
     def workers(self) -> list[int]:
-        """The master's live child processes (gunicorn's workers)."""
-        return [pid for pid, ppid, _ in _processes() if ppid == self.master]
+        """The master's live child processes that are gunicorn's workers (not the webhook
+        delivery worker, its other child)."""
+        return [pid for pid in children(self.master) if not is_delivery_worker(pid)]
+
+    def delivery_worker(self) -> int | None:
+        """The webhook delivery worker's PID (``python -m api.outbox``), while it lives."""
+        return next((pid for pid in children(self.master) if is_delivery_worker(pid)), None)
 
     def kill(self) -> list[int]:
         """SIGKILL to the master and to every worker, by PID, master first (so no worker is
@@ -171,6 +176,20 @@ def server_process(
                 scan_server_log(log.read_text(errors="replace"))
         finally:
             log.unlink(missing_ok=True)
+
+
+def children(parent: int) -> list[int]:
+    """Live child processes of ``parent``."""
+    return [pid for pid, ppid, _ in _processes() if ppid == parent]
+
+
+def is_delivery_worker(pid: int) -> bool:
+    """Whether ``pid`` is the webhook delivery worker ``agentauth serve`` starts beside its
+    gunicorn workers (``python -m api.outbox``)."""
+    try:
+        return b"\0api.outbox\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False  # it exited while we looked
 
 
 def session_members(session: int) -> list[int]:

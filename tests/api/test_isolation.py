@@ -53,12 +53,13 @@ from tests.api.helpers import assert_error
 from tests.conftest import FakeClock, Tenant, bearer
 
 PUBLIC, ANY, ADMIN = "public", "any", "admin"
-AGENT, POLICY, KEY, APPROVAL = "agent", "policy", "key", "approval"
+AGENT, POLICY, KEY, APPROVAL, WEBHOOK = "agent", "policy", "key", "approval", "webhook"
 NOT_FOUND = {
     AGENT: "AGENT_NOT_FOUND",
     POLICY: "POLICY_NOT_FOUND",
     KEY: "API_KEY_NOT_FOUND",
     APPROVAL: "APPROVAL_NOT_FOUND",
+    WEBHOOK: "WEBHOOK_NOT_FOUND",
 }
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 NOBODY = "0b7d4f6e-9c1a-4e2b-8f3d-5a6b7c8d9e0f"  # a well-formed id of nothing anywhere
@@ -66,6 +67,9 @@ NOBODY = "0b7d4f6e-9c1a-4e2b-8f3d-5a6b7c8d9e0f"  # a well-formed id of nothing a
 ALLOW_ALL = [{"type": "tool_allowlist", "tools": ["*"]}]
 DENY_ALL = [{"type": "tool_denylist", "tools": ["*"]}]
 PROBE_TOOL = "files.read"  # a tool B's policies would allow, were they ever evaluated for A
+#: a public address literal: taken without a DNS lookup; nothing is ever delivered there (the
+#: webhooks are made after the only calls that raise events)
+HOOK_URL = "https://1.1.1.1/agentauth"
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,14 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/v1/approvals/{id}/deny"): Entry(
         ADMIN, path_kind=APPROVAL, body=lambda _: {"comment": "denied by A"}
     ),
+    ("POST", "/v1/webhooks"): Entry(
+        ADMIN,
+        body=lambda _: {"url": HOOK_URL, "events": ["approval.requested"]},
+        note="no id: in the read-only matrix only",
+    ),
+    ("GET", "/v1/webhooks"): Entry(ADMIN, note="no id; webhooks are the admin's, the caller's own"),
+    ("DELETE", "/v1/webhooks/{id}"): Entry(ADMIN, path_kind=WEBHOOK),
+    ("GET", "/v1/webhooks/{id}/deliveries"): Entry(ADMIN, path_kind=WEBHOOK),
     ("GET", "/v1/openapi.json"): Entry(
         PUBLIC, note="no key, no workspace: the same document for everyone"
     ),
@@ -162,6 +174,8 @@ UNDOCUMENTED = {
     "/v1/approvals/{id}": ("POST", "PUT", "PATCH", "DELETE"),
     "/v1/approvals/{id}/approve": ("GET", "PUT", "PATCH", "DELETE"),
     "/v1/approvals/{id}/deny": ("GET", "PUT", "PATCH", "DELETE"),
+    "/v1/webhooks/{id}": ("GET", "POST", "PUT", "PATCH"),
+    "/v1/webhooks/{id}/deliveries": ("POST", "PUT", "PATCH", "DELETE"),
 }
 
 #: each workspace's ids, by what they name; the first of each kind is that kind's main one
@@ -176,10 +190,17 @@ TARGETS = {
     "read-only-key": KEY,
     "audit-entry": None,  # no path names one; still an id of B's
     "approval": APPROVAL,  # pending: B's agent made a call its policy sends to a human
+    "webhook": WEBHOOK,
 }
-FIRST = {AGENT: "agent", POLICY: "policy", KEY: "spare-key", APPROVAL: "approval"}
+FIRST = {
+    AGENT: "agent",
+    POLICY: "policy",
+    KEY: "spare-key",
+    APPROVAL: "approval",
+    WEBHOOK: "webhook",
+}
 #: B's ids as A tries them: each one, and the main one of each kind in upper case
-B_IDS = [*TARGETS, *(f"{FIRST[kind]}:upper" for kind in (AGENT, POLICY, KEY, APPROVAL))]
+B_IDS = [*TARGETS, *(f"{FIRST[kind]}:upper" for kind in FIRST)]
 
 WATCHED = (
     "/v1/agents?limit=200",
@@ -188,6 +209,7 @@ WATCHED = (
     "/v1/audit-logs?limit=1000",
     "/v1/sync-status",
     "/v1/approvals?limit=200",
+    "/v1/webhooks?limit=200",
 )
 AUDIT = "/v1/audit-logs?limit=1000"
 
@@ -308,6 +330,7 @@ def populate(client: FlaskClient, db: Database, tenant: Tenant, clock: FakeClock
         audit_ids.append(decision["auditId"])
         if decision["outcome"] == "escalated":
             approval_id = decision["approvalId"]
+    hook = post("/v1/webhooks", {"url": HOOK_URL, "events": ["approval.requested"]})
 
     ids = {
         "agent": agent["id"],
@@ -320,10 +343,12 @@ def populate(client: FlaskClient, db: Database, tenant: Tenant, clock: FakeClock
         "read-only-key": auditor["id"],
         "audit-entry": audit_ids[0],
         "approval": approval_id,
+        "webhook": hook["id"],
     }
     side = Side(tenant, marker, admin, bearer(auditor["key"]), ids)
     side.reading = read_state(client, admin)
     side.secrets = {marker, tenant.id, admin_key, spare["key"], auditor["key"], *ids.values()}
+    side.secrets.add(hook["secret"])
     side.secrets |= _identifiers(side.reading)
     return side
 
@@ -715,7 +740,7 @@ def test_a_read_without_an_id_shows_only_the_callers_workspace(world, op):
 def _read_only_targets(entry: Entry) -> tuple[str, ...]:
     if entry.path_kind == KEY:
         return ("own", "self", "theirs", "nobody")
-    if entry.path_kind == APPROVAL:  # no approval is managed from git
+    if entry.path_kind in (APPROVAL, WEBHOOK):  # no approval or webhook is managed from git
         return ("own", "theirs", "nobody")
     if entry.path_kind is not None:
         return ("own", "own-git", "theirs", "nobody")

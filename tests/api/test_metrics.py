@@ -55,6 +55,29 @@ def test_decisions_latency_and_rule_limits_are_counted(client, admin_headers):
     assert ("agentauth_audit_write_failures_total", ()) in after
 
 
+ESCALATED = ("agentauth_decisions_total", (("outcome", "escalated"),))
+
+
+def test_escalations_are_counted_and_pending_approvals_shown_per_workspace(
+    client, admin_headers, workspace, clock
+):
+    rules = [{"type": "require_approval", "tools": ["payments.*"]}, {"type": "tool_allowlist"}]
+    agent = make_agent(client, admin_headers, rules=rules)
+    pending = ("agentauth_approvals_pending", (("workspace", workspace.id),))
+    before = read(client)
+    assert pending not in before  # a workspace with nothing pending is not listed
+    for amount in (1, 1, 2):  # the second call reuses the first one's approval
+        assert (
+            decide(client, admin_headers, agent, "payments.refund", amount=amount)["outcome"]
+            == "escalated"
+        )
+    after = read(client)
+    assert after[ESCALATED] - before[ESCALATED] == 3
+    assert after[pending] == 2
+    clock.advance(3600)  # both expire: pending no more
+    assert pending not in read(client)
+
+
 def test_metrics_need_no_key_and_name_no_secret(client, workspace):
     key = workspace.key("admin")
     response = client.get("/metrics")

@@ -22,7 +22,7 @@ import tests.server
 from api import create_app
 from tests.api.helpers import make_agent
 from tests.conftest import Tenant, bearer
-from tests.server import _processes, running_server, server_process
+from tests.server import _processes, is_delivery_worker, running_server, server_process
 
 DEADLINE = 30  # seconds: a hang guard for waiting on the server, never a measure of speed
 
@@ -121,6 +121,10 @@ def _children(parent: int) -> set[int]:
     return {pid for pid, ppid, _ in _processes() if ppid == parent}
 
 
+def _workers(master: int) -> set[int]:
+    return {pid for pid in _children(master) if not is_delivery_worker(pid)}
+
+
 def test_a_server_that_does_not_stop_on_sigterm_is_killed_with_every_worker(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ):
@@ -132,7 +136,7 @@ def test_a_server_that_does_not_stop_on_sigterm_is_killed_with_every_worker(
             for pid in _children(os.getpid())
             if port in Path(f"/proc/{pid}/cmdline").read_bytes()
         ]
-        _wait_for("both workers to fork", lambda: len(_children(master)) == 2)
+        _wait_for("both workers to fork", lambda: len(_workers(master)) == 2)
         server = {master, *_children(master)}
         os.kill(master, signal.SIGSTOP)  # SIGTERM stays pending: the graceful stop times out
     alive = server & {pid for pid, _, _ in _processes()}

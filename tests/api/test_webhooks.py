@@ -751,7 +751,8 @@ def test_a_delivery_pending_when_serve_is_killed_is_made_after_the_restart(
             return int(records(client, headers, hook["id"])[0]["attempt"])
 
         with server_process(own_database_url, workers=2, threads=2, env=env) as server:
-            assert len(server.pids()) == 4  # master, two workers, one delivery worker
+            # the master, its two web workers and one delivery worker (however many web workers)
+            _wait_until("every server process", lambda: len(server.pids()) == 4, DEADLINE)
             receiver.wait_for(1, SERVE_DEADLINE)
             _wait_until("the failed try to be recorded", lambda: tried() >= 1)
             server.kill()
@@ -764,11 +765,13 @@ def test_a_delivery_pending_when_serve_is_killed_is_made_after_the_restart(
                 "the delivery after the restart",
                 lambda: records(client, headers, hook["id"])[0]["status"] == "delivered",
             )
-            every = server.pids()
+            # counted by the delivery worker, scraped from a web worker: one metrics folder
+            scraped = httpx.get(server.base + "/metrics", timeout=DEADLINE).text
+            assert 'agentauth_webhook_deliveries_total{result="delivered"} 1.0' in scraped
+            _wait_until("every server process", lambda: len(server.pids()) == 4, DEADLINE)
             server.process.send_signal(signal.SIGTERM)
             assert server.process.wait(timeout=DEADLINE) == 0
-            assert session_members(server.master) == []
-            assert len(every) == 4
+            assert session_members(server.master) == []  # the delivery worker stopped too
         answered = [request.answered for request in receiver.requests]
         assert answered.count(200) == 1
         assert set(answered) == {500, 200}

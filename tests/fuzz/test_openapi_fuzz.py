@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +33,9 @@ from core.domain import ids
 from core.domain.clock import parse_instant
 from core.domain.rules import compile_regex, known_timezones
 
+#: a public address literal: webhooks may point there; nothing is looked up or delivered
+PUBLIC_URL = "https://1.1.1.1/fuzz"
+_URL = re.compile(r"[Hh][Tt][Tt][Pp][Ss]?://[!-~]+")
 EXAMPLES = int(os.environ.get("AGENTAUTH_FUZZ_EXAMPLES", "25"))
 SEED = int(os.environ.get("AGENTAUTH_FUZZ_SEED", "0"))
 
@@ -96,9 +100,11 @@ schema = _load_schema()
 
 
 @pytest.fixture
-def world(client, admin_headers) -> dict[str, str]:
+def world(client, admin_headers) -> Iterator[dict[str, str]]:
     """An agent with a policy holding a rule of every type, broad enough that generated tool
-    names meet each of them; a decision in the audit log; and a spare key."""
+    names meet each of them; a decision in the audit log; a spare key; and a webhook. The
+    webhooks are deleted at the end, with the deliveries escalated calls queued for them: a
+    server a later test starts on the run's database would make those."""
     agent = client.post("/v1/agents", json={"name": "fuzz"}, headers=admin_headers).get_json()
     rules = [
         {"type": "tool_denylist", "tools": ["*x*"]},
@@ -120,12 +126,18 @@ def world(client, admin_headers) -> dict[str, str]:
     escalated = client.post("/v1/authorize", json=asks, headers=admin_headers).get_json()
     key = {"name": "spare", "scopes": ["read-only"]}
     spare = client.post("/v1/api-keys", json=key, headers=admin_headers).get_json()
-    return {
+    hook = {"url": PUBLIC_URL, "events": ["approval.requested"]}
+    webhook = client.post("/v1/webhooks", json=hook, headers=admin_headers).get_json()
+    yield {
         "agents": agent["id"],
         "policies": policy["id"],
         "api-keys": spare["id"],
         "approvals": escalated["approvalId"],
+        "webhooks": webhook["id"],
     }
+    while hooks := client.get("/v1/webhooks", headers=admin_headers).get_json()["data"]:
+        for made in hooks:
+            client.delete(f"/v1/webhooks/{made['id']}", headers=admin_headers)
 
 
 def _existing(value: Any, world: dict[str, str], noun: str) -> Any:
@@ -175,6 +187,8 @@ def _fit(case: Any, world: dict[str, str], now: datetime) -> None:
     body = copy.deepcopy(case.body)
     if "agent_id" in body:
         body["agent_id"] = _existing(body["agent_id"], world, "agents")
+    if case.operation.path == "/v1/webhooks" and _is_url(body.get("url")):
+        body["url"] = PUBLIC_URL  # valid stays valid, and taken without a DNS lookup
     if "expiresAt" in body:
         body["expiresAt"] = _future(body["expiresAt"], now)
     if case.operation.path == "/v1/authorize" and "parameters" in body:
@@ -189,6 +203,12 @@ def _fit(case: Any, world: dict[str, str], now: datetime) -> None:
                     constraint["min"], constraint["max"] = high, low
     if body != case.body:
         case.body = body
+
+
+def _is_url(value: Any) -> bool:
+    """A url the document takes (that its host must resolve to a public address, JSON Schema
+    cannot say)."""
+    return isinstance(value, str) and len(value) <= 2048 and bool(_URL.fullmatch(value))
 
 
 def _is_number(value: Any) -> bool:
