@@ -12,6 +12,9 @@ the service gives no usable answer is the one setting, ``on_error``:
 A handler runs only when the decision allows it: the service said ``allowed: true`` (a real
 boolean), or the service was unreachable and ``on_error="allow"``.
 
+Over 300 lines: checking, waiting for an approval and wrapping handlers share the one rule a
+guard keeps (a handler runs only on an allow), sync and async alike.
+
 A call the service escalates to a human (``outcome == "escalated"``, decisions §6) is denied, with
 a reason that says approval is required and names the approval and its expiry. With
 ``wait_for_approval=SECONDS`` the guard waits instead: it polls the approval (after 0.5 s, then

@@ -1,6 +1,7 @@
 """Rendering plans for people and programs: ``text`` (colored on a terminal), ``json``
 (versioned, see ``JSON_FORMAT_VERSION`` and README), ``markdown`` (a pull-request comment,
 summary first, at most :data:`MARKDOWN_LIMIT` characters). Called by the plan and diff verbs.
+Just over 300 lines: the three formats show the same plan and change together.
 """
 
 from __future__ import annotations

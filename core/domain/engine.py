@@ -1,10 +1,13 @@
 """Pure policy evaluation: compiled policies + tool call + instant -> Decision.
 
 :func:`evaluate` runs on every check, over policies :func:`core.domain.compiler.compile_policy`
-prepared once. No IO, no clock: the caller passes ``now``, and a grant that depends on rate
-limits comes back as a :class:`PendingGrant`, which :func:`settle` decides with the caller's
-counters (the database's in ``core.hotpath.decisions``, in memory in the controller's test
-runner and impact replay). Semantics: decisions §1 (order), §2 (rule types), §3 (fields).
+prepared once. No IO, no clock: the caller passes ``now``; a grant that depends on rate
+limits comes back as a :class:`PendingGrant`, and a call a require_approval rule sends to a
+person as :class:`NeedsApproval`; :func:`settle` decides either with the caller's counters and
+approvals (the database's in ``core.hotpath.decisions``, in memory in the controller's test
+runner and impact replay). Semantics: decisions §1 (order), §2 (rule types), §3 (fields), §6
+(approval). Over 300 lines: the rule types, the evaluation walk and its settling are one
+table of semantics, read together when any of them changes.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ UPDATE (``status = 'approved'``), so of two transactions using one approval the 
 nothing to update (SQLite serialises writers; PostgreSQL makes the second wait for the first
 and then re-check the row). One pending approval per call: a partial unique index, and an
 ``INSERT ... ON CONFLICT DO NOTHING`` that leaves the other process's row to be read instead.
-Called by ``core.hotpath.decisions`` (calls) and ``core.hotpath.deciding`` (approve, deny).
+Called by ``core.hotpath.decisions`` (calls) and ``api/approvals.py`` (approve, deny). One
+module, over 300 lines, because its statements, the call's view of its approvals and a human's
+decision share one promise about the approvals table (what "pending" and "used" mean under
+concurrency), which would be harder to keep true split in three.
 """
 
 from __future__ import annotations

@@ -432,9 +432,18 @@ APPROVALS_REPO = {
       now: "2026-03-02T10:00:00Z"
       cases:
         - {name: small refund, tool: payments.refund, parameters: {amount: 20}, outcome: allowed}
-        - {name: large refund, tool: payments.refund, parameters: {amount: 5000}, outcome: escalated, policy: refunds, reason: "must be at most 1000"}
-        - {name: large refund asked again, tool: payments.refund, parameters: {amount: 5000}, allowed: false}
-        - {name: both given, tool: payments.refund, parameters: {amount: 5000}, allowed: false, outcome: escalated}
+        - name: large refund
+          tool: payments.refund
+          parameters: {amount: 5000}
+          outcome: escalated
+          policy: refunds
+          reason: "must be at most 1000"
+        - {name: asked again, tool: payments.refund, parameters: {amount: 5000}, allowed: false}
+        - name: both given
+          tool: payments.refund
+          parameters: {amount: 5000}
+          allowed: false
+          outcome: escalated
         - {name: wrong outcome, tool: payments.refund, parameters: {amount: 5000}, outcome: denied}
         - {name: wrong allowed, tool: payments.refund, parameters: {amount: 5000}, allowed: true}
     """,
@@ -447,7 +456,7 @@ def test_cases_may_expect_an_escalation_and_allowed_false_passes_for_one(run, tm
     (document,) = report.documents
     by_name = {case.name: case for case in document.cases}
     assert [by_name[n].mismatches for n in ("small refund", "large refund")] == [(), ()]
-    assert by_name["large refund asked again"].mismatches == ()
+    assert by_name["asked again"].mismatches == ()
     assert by_name["both given"].mismatches == ()
     assert by_name["wrong outcome"].mismatches == ("outcome",)
     assert by_name["wrong allowed"].mismatches == ("allowed",)
@@ -455,10 +464,10 @@ def test_cases_may_expect_an_escalation_and_allowed_false_passes_for_one(run, tm
     result = run(tmp_path)
     assert result.exit_code == 1
     assert result.stdout.splitlines()[:2] == [
-        'FAIL tests.yaml:13 payments-agent "wrong outcome": expected denied, got escalated by '
+        'FAIL tests.yaml:22 payments-agent "wrong outcome": expected denied, got escalated by '
         "policy 'refunds' (reason: approval required by policy 'refunds' rule 0 "
         "(require_approval): parameter 'amount' must be at most 1000)",
-        'FAIL tests.yaml:14 payments-agent "wrong allowed": expected allowed, got escalated by '
+        'FAIL tests.yaml:23 payments-agent "wrong allowed": expected allowed, got escalated by '
         "policy 'refunds' (reason: approval required by policy 'refunds' rule 0 "
         "(require_approval): parameter 'amount' must be at most 1000)",
     ]
