@@ -59,6 +59,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     ):
         app.register_blueprint(module.bp)
     app.register_blueprint(approvals.bp)
+    app.register_blueprint(api_keys.whoami_bp)
     app.register_blueprint(dashboard.bp)
     app.wsgi_app = authorize.FastPath(app, app.wsgi_app)  # type: ignore[method-assign]
     return app

@@ -1,4 +1,5 @@
-"""``/v1/api-keys``: create (the full key is returned once), list (extension), revoke."""
+"""``/v1/api-keys``: create (the full key is returned once), list (extension), revoke; and
+``/v1/whoami``: the caller's own key (extension), so a client learns its scopes by reading."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from core.store import keys
 from core.store.keys import Scope
 
 bp = Blueprint("api_keys", __name__, url_prefix="/v1/api-keys")
+whoami_bp = Blueprint("whoami", __name__)
 
 
 @bp.post("")
@@ -54,3 +56,11 @@ def revoke(key_id: str) -> Response:
     with services().db.transaction(write=True) as session:
         keys.revoke_key(session, principal().workspace_id, wanted, now())
     return Response(status=204)
+
+
+@whoami_bp.get("/v1/whoami")
+def whoami() -> dict[str, Any]:
+    """Any key: its own API Key object (never the full key), scopes included."""
+    caller = principal()
+    with services().db.transaction() as session:
+        return keys.serialize_key(keys.get_key(session, caller.workspace_id, caller.key_id))

@@ -276,6 +276,12 @@ def document() -> dict[str, Any]:
         )
     }
     _approvals(paths)
+    paths["/v1/whoami"] = {
+        "get": _operation(
+            "the caller's own API key, scopes included (extension; any scope)",
+            {"200": _json(ref("api-key.apiKey"), "the key, never its full text")},
+        )
+    }
     _webhooks(paths)
     paths["/v1/sync-status"] = {
         "get": _operation(

@@ -209,26 +209,13 @@ function mayDecide() {
   return isAdmin() || sessionStorage.getItem(SCOPE_STORE) === "approver";
 }
 
-// any well-formed id: the scope probe below never looks one up
-const NO_APPROVAL = "00000000-0000-4000-8000-000000000000";
-
-// Only a 403 from GET /v1/api-keys (admin-only) says the key is not admin. Then an OPTIONS
-// request to the approve route tells approver from read-only: OPTIONS is a safe method (it
-// reads nothing and changes nothing; the service answers it with the route's Allow header and
-// no lookup), but it passes the same scope check as the POST it describes, so 2xx means the key
-// may decide approvals and 403 means it may not. Nothing is approved, denied or attempted. Any
-// other failure is thrown, so the person is told and not signed in with a guessed scope.
+// what the key may do, read from the service: GET /v1/whoami answers the caller's own key
 async function probeScope(key) {
-  try {
-    await api("GET", "/v1/api-keys", { params: { limit: 1 }, key });
-    return "admin";
-  } catch (error) {
-    if (!(error instanceof ApiError && error.status === 403)) throw error;
-  }
-  const response = await call("OPTIONS", `/v1/approvals/${NO_APPROVAL}/approve`, { key });
-  if (response.ok) return "approver";
-  if (response.status === 403) return "read-only";
-  throw await refusal(response);
+  const me = await api("GET", "/v1/whoami", { key });
+  const scopes = Array.isArray(me.scopes) ? me.scopes : [];
+  if (scopes.includes("admin")) return "admin";
+  if (scopes.includes("approver")) return "approver";
+  return "read-only";
 }
 
 function signInPage() {
@@ -250,7 +237,7 @@ function signInPage() {
     }
     try {
       await api("GET", "/v1/agents", { params: { limit: 1 }, key });
-      // only admin keys may list keys: the answer tells the page which controls to offer
+      // the key's scopes tell the page which controls to offer
       const scope = await probeScope(key);
       sessionStorage.setItem(KEY_STORE, key);
       sessionStorage.setItem(SCOPE_STORE, scope);
@@ -491,8 +478,8 @@ function entryNotes(entry) {
     notes.push(h("div", { class: "small" }, badge(ACTION_WORDS[entry.action] || entry.action, "plain")));
   }
   if (entry.approvalId) {
-    notes.push(h("div", { class: "small" }, h("a", { href: `#/approvals/${entry.approvalId}`,
-      class: "approval-link", title: entry.approvalId }, `approval ${entry.approvalId.slice(0, 8)}…`)));
+    notes.push(h("div", { class: "small nowrap" }, h("a", { href: `#/approvals/${entry.approvalId}`,
+      title: entry.approvalId }, `approval ${entry.approvalId.slice(0, 8)}…`)));
   }
   return notes;
 }
@@ -696,26 +683,33 @@ const DECISION_REFUSALS = {
   APPROVAL_NOT_FOUND: "This approval no longer exists (its agent may have been deleted).",
 };
 
-// the number of pending approvals, beside Approvals in the navigation; an answer older than the
-// latest request (or one arriving after signing out) is dropped
+// the number of pending approvals, beside Approvals in the navigation: highlighted when some
+// wait, muted when none do, a dash until it is known (always there, so that the navigation,
+// two lines on a phone, never moves the page when the answer arrives). An answer older than
+// the latest request is dropped.
 let counting = 0;
+
+function pendingCount(text, title, waiting) {
+  const box = $("pending-count");
+  box.textContent = text;
+  box.title = title;
+  box.classList.toggle("none", !waiting);
+}
 
 async function refreshPending() {
   const mine = ++counting;
-  const box = $("pending-count");
   if (!sessionStorage.getItem(KEY_STORE)) {
-    box.hidden = true;
+    pendingCount("–", "", false);  // the next key may see another workspace
     return;
   }
   try {
     const page = await api("GET", "/v1/approvals", { params: { status: "pending", limit: 1 } });
     if (mine !== counting) return;
     const n = page.pagination.total;
-    box.textContent = String(n);
-    box.title = `${counted(n, "approval")} waiting for a decision`;
-    box.hidden = n === 0;
+    pendingCount(String(n), `${counted(n, "approval")} waiting for a decision`, n > 0);
   } catch (_) {
-    if (mine === counting) box.hidden = true;  // the page's own requests say what failed
+    // the page's own requests say what failed
+    if (mine === counting) pendingCount("–", "the pending approvals could not be counted", false);
   }
 }
 
@@ -804,13 +798,14 @@ async function refuseDecision(error, ctx) {
 function approvalsTable(id, approvals, ctx) {
   const deciding = mayDecide() && approvals.some((a) => a.status === "pending");
   return scroller(h("table", { id, class: "approvals" },
-    h("thead", {}, h("tr", {}, h("th", {}, "Status"), h("th", {}, "Requested"), h("th", {}, "Agent"),
-      h("th", {}, "Tool"), h("th", {}, "Parameters"), h("th", {}, "Policy"), h("th", {}, "Expires"),
+    h("thead", {}, h("tr", {}, h("th", {}, "Status"), h("th", {}, "Agent"), h("th", {}, "Tool"),
+      h("th", {}, "Parameters"), h("th", {}, "Policy"), h("th", {}, "Expires"),
       deciding ? h("th", {}, "Decision") : null)),
     h("tbody", {}, approvals.map((approval) => h("tr", { "data-approval": approval.id },
-      h("td", {}, badge(approval.status), decisionText(approval)),
-      h("td", { class: "nowrap" }, h("a", { href: `#/approvals/${approval.id}`, title: approval.id },
-        relative(approval.createdAt)), h("div", { class: "muted small" }, when(approval.createdAt))),
+      h("td", { class: "status" }, badge(approval.status),
+        h("div", { class: "small" }, h("a", { href: `#/approvals/${approval.id}`, title: when(approval.createdAt) },
+          `requested ${relative(approval.createdAt)}`)),
+        decisionText(approval)),
       h("td", {}, h("a", { href: `#/agents/${approval.agentId}` }, ctx.names[approval.agentId] || approval.agentId)),
       h("td", { class: "mono" }, approval.toolName),
       h("td", {}, h("pre", { class: "parameters" }, JSON.stringify(approval.parameters, null, 2))),
@@ -851,7 +846,7 @@ async function approvalsPage(args) {
     location.hash = `#/approvals${query(chosen)}`;
   } },
   field("Status", h("select", { name: "status" },
-    h("option", { value: "" }, "pending first, then the rest"),
+    h("option", { value: "" }, "pending first"),
     APPROVAL_STATUSES.map((s) => h("option", { value: s, selected: s === filters.status }, s)))),
   field("Agent", h("select", { name: "agent_id" }, h("option", { value: "" }, "any"),
     agents.map((a) => h("option", { value: a.id, selected: a.id === filters.agent_id }, a.name)))),
@@ -863,6 +858,7 @@ async function approvalsPage(args) {
   const head = h("section", { class: "panel" }, h("h1", {}, "Approvals"), readOnlyNote(), form);
   if (filters.status) {
     show(token, head, h("section", { class: "panel" },
+      h("h2", {}, counted(page.pagination.total, `${filters.status} approval`)),
       page.data.length ? approvalsTable("approvals", page.data, ctx)
         : h("p", { class: "muted" }, "No approvals match."),
       pager(page, go)));

@@ -134,6 +134,13 @@ def list_keys(session: Session, workspace_id: str, limit: int, offset: int) -> P
     return paginate(session, query, limit, offset)
 
 
+def get_key(session: Session, workspace_id: str, key_id: str) -> ApiKey:
+    row = session.get(ApiKey, key_id)
+    if row is None or row.workspace_id != workspace_id:
+        raise ApiKeyNotFound()
+    return row
+
+
 def revoke_key(session: Session, workspace_id: str, key_id: str, now: datetime) -> None:
     row = session.get(ApiKey, ids.normalize_uuid(key_id))
     if row is None or row.workspace_id != workspace_id or row.revoked_at is not None:

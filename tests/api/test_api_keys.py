@@ -208,3 +208,21 @@ def test_revoke_keeps_the_agents_and_policies_the_key_made(client, admin_headers
     agent = client.post("/v1/agents", json={"name": "a"}, headers=bearer(made["key"])).get_json()
     assert client.delete(f"/v1/api-keys/{made['id']}", headers=admin_headers).status_code == 204
     assert client.get(f"/v1/agents/{agent['id']}", headers=admin_headers).get_json() == agent
+
+
+@pytest.mark.parametrize(
+    "scopes", [["admin"], ["approver"], ["read-only"], ["approver", "read-only"]]
+)
+def test_whoami_answers_the_callers_own_key_with_its_scopes(client, workspace, scopes):
+    key = workspace.key(*scopes)
+    response = client.get("/v1/whoami", headers=bearer(key))
+    assert response.status_code == 200
+    me = response.json
+    assert me["scopes"] == sorted(scopes)
+    assert me["prefix"] == key[:10]
+    assert "key" not in me
+    assert set(me) == {"id", "name", "prefix", "scopes", "expiresAt", "createdAt"}
+
+
+def test_whoami_needs_a_valid_key(client):
+    assert_error(client.get("/v1/whoami"), 401, "UNAUTHORIZED")

@@ -136,6 +136,7 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("GET", "/v1/sync-status"): Entry(
         ANY, note="no id: the caller's own workspace's status, nothing of B's"
     ),
+    ("GET", "/v1/whoami"): Entry(ANY, note="no id: the caller's own key, nothing of B's"),
     ("GET", "/v1/approvals"): Entry(ANY, id_field="agent_id"),
     ("GET", "/v1/approvals/{id}"): Entry(ANY, path_kind=APPROVAL),
     ("POST", "/v1/approvals/{id}/approve"): Entry(
