@@ -4,7 +4,9 @@ apply puts it in force, and the service then escalates the call it names (decisi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import git
 import pytest
 
 from api import create_app
@@ -61,6 +63,29 @@ def test_every_plan_format_shows_the_rule_a_reviewer_approves(cli, applied, ws_n
     assert "require_approval" in result.stdout
     assert '"ttlSeconds": 900' in result.stdout
     assert '"parameters": {"amount": {"max": 500}}' in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
+def test_a_diff_between_revisions_shows_the_rule_in_every_format(cli, tmp_path, fmt):
+    work = git.Repo.init(tmp_path / "repo")
+    folder = Path(str(work.working_tree_dir))
+    write_files(folder, {"agents.yaml": agent_doc("finance-agent"), "refunds.yaml": REFUNDS})
+    work.git.add(A=True)
+    base = work.index.commit("base").hexsha
+    write_files(folder, {"refunds.yaml": GATED})
+    work.git.add(A=True)
+    work.index.commit("refunds above 500 need a person")
+    result = cli("diff", base, "HEAD", "--repo", folder, "--format", fmt, db=False)
+    assert result.exit_code == 0, result.output
+    if fmt == "json":
+        [change] = json.loads(result.stdout)["changes"]
+        [field] = change["fields"]
+        assert field["after"]["type"] == "require_approval"
+        assert field["after"]["approval"] == {"ttlSeconds": 900}
+        return
+    assert "rules[1]" in result.stdout
+    assert '"type": "require_approval"' in result.stdout
+    assert '"ttlSeconds": 900' in result.stdout
 
 
 def test_applied_the_rule_escalates_the_call_it_names(cli, applied, ws_name, database_url):
