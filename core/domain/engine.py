@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from enum import StrEnum
 from typing import Any
@@ -39,7 +39,7 @@ class RuleType(StrEnum):
 
 _ALLOW = RuleType.TOOL_ALLOWLIST
 _DENY = RuleType.TOOL_DENYLIST
-_APPROVAL = RuleType.REQUIRE_APPROVAL
+_DENYING = frozenset({_DENY, RuleType.PARAMETER_CONSTRAINT, RuleType.TIME_BASED})
 
 
 class PolicyCompileError(ValueError):
@@ -138,7 +138,8 @@ class TimeWindow:
 @dataclass(frozen=True, slots=True)
 class CompiledRule:
     """A rule ready for evaluation. ``tools`` None matches every tool; ``granted`` is the
-    (immutable, shared) allow decision of a tool_allowlist rule."""
+    (immutable, shared) allow decision of a tool_allowlist rule; ``denies``: a rule that
+    denies when it does not pass (denylist, constraints, time window), set from ``type``."""
 
     index: int
     type: RuleType
@@ -148,6 +149,10 @@ class CompiledRule:
     limit: RateLimitRef | None = None
     granted: Decision | None = None
     approval_ttl_seconds: int | None = None
+    denies: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "denies", self.type in _DENYING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,38 +207,41 @@ def evaluate(
     if now.tzinfo is None:  # a naive instant would silently mean the host's local time
         raise ValueError("now must be a timezone-aware datetime")
     pending: list[RateLimitRef] = []
+    escalating: tuple[CompiledRule, str] | None = None  # set only on the way to a return
     for policy in policies:
         if not policy.enabled:
             continue
+        # the allow of this policy, or _ESCALATES once one of its rules asks for a person:
+        # one test at the end of a policy that decides nothing, as before approvals
         granted: Decision | None = None
-        escalating: tuple[CompiledRule, str] | None = None
         for rule in policy.rules:
             if rule.tools is not None and not rule.tools(tool_name):
                 continue
             if rule.type is _ALLOW:
                 if granted is None:
                     granted = rule.granted
-            elif rule.limit is not None:
-                pending.append(rule.limit)
-            elif rule.type is _APPROVAL:
-                if escalating is None:
-                    problem = _approval_needed(rule, tool_name, parameters)
-                    if problem is not None:
-                        escalating = rule, problem
-            else:
+            elif rule.denies:  # the common case first
                 problem = _violation(rule, tool_name, parameters, now)
                 if problem is not None:
                     return _deny(policy.id, policy.name, rule.index, rule.type, problem)
-        if escalating is not None:  # deny > escalate > grant inside one policy
-            rule, problem = escalating
-            ttl = rule.approval_ttl_seconds or DEFAULT_APPROVAL_TTL_SECONDS
-            return NeedsApproval(
-                policy.id, policy.name, rule.index, problem, ttl, tuple(pending), now
-            )
+            elif rule.limit is not None:
+                pending.append(rule.limit)
+            elif granted is not _ESCALATES:  # a require_approval rule; the first that asks
+                problem = _approval_needed(rule, tool_name, parameters)
+                if problem is not None:
+                    escalating, granted = (rule, problem), _ESCALATES
         if granted is not None:
+            if granted is _ESCALATES and escalating is not None:  # deny > escalate > grant
+                rule, problem = escalating
+                ttl = rule.approval_ttl_seconds or DEFAULT_APPROVAL_TTL_SECONDS
+                limits = tuple(pending)
+                return NeedsApproval(policy.id, policy.name, rule.index, problem, ttl, limits, now)
             return PendingGrant(granted, tuple(pending), now) if pending else granted
     return Decision(False, f"default deny: no policy allows tool '{tool_name}'")
 
+
+#: stands in a policy's ``granted`` once a require_approval rule of it asks for a person
+_ESCALATES = Decision(False, "needs approval")
 
 #: how long an approval lives when its rule does not say, and the bounds (decisions §6)
 DEFAULT_APPROVAL_TTL_SECONDS = 3600
