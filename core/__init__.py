@@ -20,7 +20,7 @@ Three layers, each importing only the ones below it (import-linter holds this in
     Pure: ``engine`` (compiled policies + request + now -> Decision), ``compiler``, ``globs``,
     ``limits`` (rate-limit windows), ``approvals`` (the parameters digest, statuses, what the
     engine asks of stored approvals), ``webhooks`` (event types, address checks, signatures,
-    the retry schedule), ``rules``, ``redaction``, ``validation``, ``jsonvalues``,
-    ``errors`` (the tree in its docstring), ``clock`` and ``ids``. No SQLAlchemy, no driver, no
-    IO beyond the clock.
+    the retry schedule), ``auditchain`` (entry hashes, the chain, signed checkpoints),
+    ``rules``, ``redaction``, ``validation``, ``jsonvalues``, ``errors`` (the tree in its
+    docstring), ``clock`` and ``ids``. No SQLAlchemy, no driver, no IO beyond the clock.
 """
