@@ -2,14 +2,16 @@
 set in RFC 8785 canonical JSON, the chain that links them, and checkpoints as C2SP signed notes
 (Ed25519, key names and ids as C2SP ``signed-note`` says). Pure: no database, no files; the
 keys come in as bytes. What a third party needs to check the log is exactly what is here, so
-the README's recipe can be written from this module alone.
+the README's recipe can be written from this module alone; which is why it is one module of
+over 300 lines: hashing, notes and verification change together or not at all.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,3 +182,170 @@ class Checkpoint:
 
 def origin_of(workspace_id: str) -> str:
     return f"{KEY_NAME}/{workspace_id}"
+
+
+# ---------------------------------------------------------------------------- verifying
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The first thing that does not hold: at ``seq``, ``what`` (changed, missing, inserted,
+    reordered, head differs from checkpoint, bad signature, malformed), and why in words."""
+
+    seq: int
+    what: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """What a verification found: how many entries it read (erased ones among them), the size
+    and head of the chain it verified, the checkpoints it matched, and the first failure."""
+
+    entries: int
+    erased: int
+    size: int
+    head: bytes
+    checkpoints: int
+    failure: Finding | None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def signed_checkpoints(
+    notes: Iterable[str], key: VerifierKey
+) -> tuple[list[Checkpoint], Finding | None]:
+    """The checkpoints of ``notes`` signed by ``key``; a Finding (seq 0) for the first note that
+    is not a checkpoint or whose signature does not verify."""
+    found: list[Checkpoint] = []
+    for number, text in enumerate(notes, start=1):
+        try:
+            note = parse_note(text)
+            checkpoint = Checkpoint.parse(note.text)
+        except ValueError as exc:
+            return found, Finding(0, "malformed", f"checkpoint {number}: {exc}")
+        if not verify_note(note, key):
+            what = f"checkpoint {number} (size {checkpoint.size})"
+            return found, Finding(
+                checkpoint.size, "bad signature", f"{what} is not signed by {key.text()}"
+            )
+        found.append(checkpoint)
+    return found, None
+
+
+def verify_chain(
+    entries: Iterable[Mapping[str, Any]],
+    checkpoints: Iterable[Checkpoint] = (),
+    *,
+    window: int = 8,
+) -> ChainReport:
+    """Recompute every entry's hash and the chain over ``entries`` in ``seq`` order (full entries
+    as the API renders them, with ``seq`` and ``hash``; erased ones as ``{seq, entryHash, hash,
+    erased: true}``), and hold the chain against each checkpoint of its own origin. Stops at the
+    first failure, naming it; ``window`` entries around it are used to tell a moved entry from a
+    changed one."""
+    wanted: dict[int, list[Checkpoint]] = {}
+    for checkpoint in checkpoints:
+        wanted.setdefault(checkpoint.size, []).append(checkpoint)
+    ahead: deque[Mapping[str, Any]] = deque()
+    behind: deque[Mapping[str, Any]] = deque(maxlen=window)
+    source = iter(entries)
+    previous, size, erased, matched = ZERO_HASH, 0, 0, 0
+
+    def report(failure: Finding | None) -> ChainReport:
+        return ChainReport(size, erased, size, previous, matched, failure)
+
+    while True:
+        while len(ahead) <= window:
+            item = next(source, None)
+            if item is None:
+                break
+            ahead.append(item)
+        if not ahead:
+            break
+        entry = ahead.popleft()
+        expected = size + 1
+        try:
+            seq, stored, own = _read(entry)
+        except ValueError as exc:
+            return report(Finding(expected, "malformed", str(exc)))
+        if seq != expected:
+            return report(_out_of_place(seq, expected, ahead))
+        computed = own if own is not None else entry_hash(entry)
+        if own is not None:
+            erased += 1
+        head = chain_hash(previous, computed)
+        if head != stored:
+            return report(_why_not(entry, seq, previous, list(behind), list(ahead)))
+        for checkpoint in wanted.pop(seq, []):
+            if checkpoint.head != head:
+                detail = f"the checkpoint of size {seq} signs another head than the log's"
+                return report(Finding(seq, "head differs from checkpoint", detail))
+            matched += 1
+        previous, size = head, seq
+        behind.append(entry)
+    if wanted:
+        longest = max(wanted)
+        detail = f"the log ends at {size}, a checkpoint says it held {longest} entries"
+        return report(Finding(size + 1, "missing", detail))
+    return report(None)
+
+
+def _read(entry: Mapping[str, Any]) -> tuple[int, bytes, bytes | None]:
+    """(seq, stored hash, stored entryHash of an erased entry or None)."""
+    seq = entry.get("seq")
+    if type(seq) is not int or seq < 1:
+        raise ValueError("an entry without a positive integer seq")
+    try:
+        stored = bytes.fromhex(str(entry.get("hash")))
+        own = bytes.fromhex(str(entry["entryHash"])) if entry.get("erased") else None
+    except (KeyError, ValueError):
+        raise ValueError(f"entry {seq}: hash or entryHash is not hex") from None
+    if len(stored) != 32 or (own is not None and len(own) != 32):
+        raise ValueError(f"entry {seq}: hash or entryHash is not 32 bytes")
+    return seq, stored, own
+
+
+def _out_of_place(seq: int, expected: int, ahead: deque[Mapping[str, Any]]) -> Finding:
+    if seq < expected:
+        what = "inserted" if seq == expected - 1 else "reordered"
+        return Finding(seq, what, f"seq {seq} comes again after {expected - 1}")
+    if any(item.get("seq") == expected for item in ahead):
+        return Finding(expected, "reordered", f"seq {seq} comes before {expected}")
+    return Finding(expected, "missing", f"no entry {expected}: the next one is {seq}")
+
+
+def _why_not(
+    entry: Mapping[str, Any],
+    seq: int,
+    previous: bytes,
+    behind: list[Mapping[str, Any]],
+    ahead: list[Mapping[str, Any]],
+) -> Finding:
+    """An entry whose hash does not chain: moved here from another seq (its content with that
+    seq chains from one of its neighbours' heads to its own hash), an extra entry (the next one
+    chains at this seq from the previous head), or changed."""
+    near = [*behind, *ahead]
+    if not entry.get("erased"):
+        stored = _hex(entry.get("hash"))
+        heads = [previous, *(_hex(item.get("hash")) for item in near)]
+        for other in near:
+            moved = other.get("seq")
+            if type(moved) is int and moved != seq:
+                mine = entry_hash({**entry, "seq": moved})
+                if any(chain_hash(head, mine) == stored for head in heads):
+                    return Finding(seq, "reordered", f"entry {seq} was written as entry {moved}")
+    if ahead and not ahead[0].get("erased"):
+        shifted = entry_hash({**ahead[0], "seq": seq})
+        if chain_hash(previous, shifted) == _hex(ahead[0].get("hash")):
+            return Finding(seq, "inserted", f"entry {seq} is not part of the chain written")
+    return Finding(seq, "changed", f"entry {seq} does not match its hash")
+
+
+def _hex(value: Any) -> bytes:
+    try:
+        return bytes.fromhex(str(value))
+    except ValueError:
+        return b""

@@ -20,6 +20,8 @@ from core.domain.auditchain import (
     origin_of,
     parse_note,
     sign_note,
+    signed_checkpoints,
+    verify_chain,
     verify_note,
 )
 
@@ -133,3 +135,129 @@ def test_the_chain_links_raw_digests_from_32_zero_bytes():
     expected = hashlib.sha256(hashlib.sha256(bytes(32) + first).digest() + second).digest()
     assert head == expected
     assert chain_hash(chain_hash(ZERO_HASH, second), first) != head
+
+
+# --- verifying a chain, and what tampering it looks like ----------------------------------
+
+
+def build_log(size: int) -> list[dict]:
+    """Entries as the API renders them, chained, with seq 1..size."""
+    log, head = [], ZERO_HASH
+    for seq in range(1, size + 1):
+        entry = {
+            "id": f"00000000-0000-4000-8000-{seq:012d}",
+            "seq": seq,
+            "agentId": "67553dfe-db0b-4b10-90be-8b0f3e426657",
+            "action": "authorize",
+            "toolName": "payments.refund",
+            "parameters": {"amount": seq},
+            "result": "allowed" if seq % 3 else "denied",
+            "policyId": None,
+            "approvalId": None,
+            "reason": f"reason {seq}",
+            "latencyMs": 0.5,
+            "timestamp": f"2026-11-25T10:00:{seq % 60:02d}.000000Z",
+        }
+        head = chain_hash(head, entry_hash(entry))
+        log.append({**entry, "hash": head.hex()})
+    return log
+
+
+def rechain(entries: list[dict]) -> list[dict]:
+    """What an attacker who rebuilds the chain from scratch writes."""
+    out, head = [], ZERO_HASH
+    for seq, entry in enumerate(entries, start=1):
+        fresh = {**entry, "seq": seq}
+        fresh.pop("hash")
+        head = chain_hash(head, entry_hash(fresh))
+        out.append({**fresh, "hash": head.hex()})
+    return out
+
+
+def checkpoint_at(log: list[dict], size: int) -> Checkpoint:
+    return Checkpoint(origin_of("ws"), size, bytes.fromhex(log[size - 1]["hash"]))
+
+
+def test_an_untouched_log_verifies_with_its_checkpoints():
+    log = build_log(50)
+    report = verify_chain(log, [checkpoint_at(log, 10), checkpoint_at(log, 50)])
+    assert report.ok, report.failure
+    assert (report.entries, report.size, report.checkpoints) == (50, 50, 2)
+    assert report.head.hex() == log[-1]["hash"]
+
+
+def test_erased_entries_keep_the_chain_and_are_counted():
+    log = build_log(20)
+    for index in (4, 5, 11):
+        entry = log[index]
+        own = entry_hash({k: v for k, v in entry.items() if k != "hash"})
+        log[index] = {
+            "seq": entry["seq"],
+            "entryHash": own.hex(),
+            "hash": entry["hash"],
+            "erased": True,
+        }
+    report = verify_chain(log, [checkpoint_at(log, 20)])
+    assert report.ok, report.failure
+    assert report.erased == 3
+
+
+def _tampered(name: str) -> tuple[list[dict], list[Checkpoint], tuple[int, str]]:
+    log = build_log(40)
+    older = [checkpoint_at(log, 40)]
+    if name == "reason changed":
+        log[16]["reason"] = "nothing to see"
+        return log, [], (17, "changed")
+    if name == "parameters changed":
+        log[9]["parameters"] = {"amount": 1_000_000}
+        return log, [], (10, "changed")
+    if name == "middle entry deleted":
+        del log[19]
+        return log, [], (20, "missing")
+    if name == "newest 10 deleted":
+        return log[:30], older, (31, "missing")
+    if name == "entry inserted":
+        extra = {**log[25], "id": "00000000-0000-4000-8000-999999999999", "reason": "planted"}
+        return [*log[:25], extra, *log[25:]], [], (26, "inserted")
+    if name == "two entries swapped":
+        log[12], log[13] = {**log[13], "seq": 13}, {**log[12], "seq": 14}
+        return log, [], (13, "reordered")
+    if name == "log rebuilt with a fresh chain":
+        return (
+            rechain([{**e, "reason": "rewritten"} for e in log]),
+            older,
+            (40, "head differs from checkpoint"),
+        )
+    raise AssertionError(name)
+
+
+TAMPERING = [
+    "reason changed",
+    "parameters changed",
+    "middle entry deleted",
+    "newest 10 deleted",
+    "entry inserted",
+    "two entries swapped",
+    "log rebuilt with a fresh chain",
+]
+
+
+@pytest.mark.parametrize("name", TAMPERING)
+def test_each_kind_of_tampering_is_caught_and_named(name):
+    log, checkpoints, (seq, what) = _tampered(name)
+    report = verify_chain(log, checkpoints)
+    assert report.failure is not None, name
+    assert (report.failure.seq, report.failure.what) == (seq, what), report.failure
+
+
+def test_a_forged_checkpoint_signature_is_named():
+    private, forger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    log = build_log(5)
+    genuine = sign_note(checkpoint_at(log, 5).text(), private)
+    forged = sign_note(checkpoint_at(log, 5).text(), forger)
+    key = VerifierKey.of(private)
+    found, failure = signed_checkpoints([genuine], key)
+    assert (len(found), failure) == (1, None)
+    found, failure = signed_checkpoints([genuine, forged], key)
+    assert failure is not None
+    assert (failure.seq, failure.what) == (5, "bad signature")
