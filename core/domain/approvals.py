@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -68,6 +69,20 @@ class FoundApproval:
     id: str
     status: ApprovalStatus
     expires_at: datetime
+
+
+#: which of a call's unexpired approvals governs it: approved before denied before pending
+_PRECEDENCE = (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.PENDING)
+
+
+def governing(found: Iterable[FoundApproval]) -> FoundApproval | None:
+    """Of a call's unexpired approvals, the one that decides it (``CallApprovals.current``)."""
+    candidates = list(found)
+    for status in _PRECEDENCE:
+        for approval in candidates:
+            if approval.status is status:
+                return approval
+    return None
 
 
 class CallApprovals(Protocol):
@@ -131,17 +146,11 @@ class _MemoryCall:
     def current(self, now: datetime) -> FoundApproval | None:
         with self._store._lock:
             found = [
-                FoundApproval(
-                    id, effective_status(row["status"], row["expires"], now), row["expires"]
-                )
+                FoundApproval(id, ApprovalStatus(row["status"]), row["expires"])
                 for id, row in self._store._rows.items()
-                if row["key"] == self._key and row["expires"] > now
+                if row["key"] == self._key and row["expires"] > now  # unexpired: status as is
             ]
-        for status in (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.PENDING):
-            for approval in found:
-                if approval.status is status:
-                    return approval
-        return None
+        return governing(found)
 
     def use(self, approval_id: str, now: datetime) -> bool:
         with self._store._lock:

@@ -24,7 +24,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
 from core.domain import ids
-from core.domain.approvals import ApprovalStatus, FoundApproval, effective_status
+from core.domain.approvals import ApprovalStatus, FoundApproval, effective_status, governing
 from core.domain.clock import isoformat
 from core.domain.errors import ApprovalNotFound, ApprovalNotPending, SelfApprovalForbidden
 from core.domain.redaction import scrub
@@ -197,21 +197,14 @@ class BatchApprovals:
 
     def current(self, now: datetime) -> FoundApproval | None:
         rows = self._batch.read(self._sql.current, {**self._call, "now": now})
-        found = [
-            FoundApproval(
-                row[0],
-                effective_status(row[1], self._sql.timestamp(row[2]), now),
-                self._sql.timestamp(row[2]),
-            )
+        # the query takes unexpired rows only, so each reads as its stored status
+        found = governing(
+            FoundApproval(row[0], ApprovalStatus(row[1]), self._sql.timestamp(row[2]))
             for row in rows
-        ]
-        for status in (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.PENDING):
-            for approval in found:
-                if approval.status is status:
-                    if status is ApprovalStatus.PENDING:
-                        self._pending = approval
-                    return approval
-        return None
+        )
+        if found is not None and found.status is ApprovalStatus.PENDING:
+            self._pending = found
+        return found
 
     def use(self, approval_id: str, now: datetime) -> bool:
         cursor = self._batch.execute(

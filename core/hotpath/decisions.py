@@ -218,6 +218,8 @@ def authorize(
     else:
         pending = decided
         digest = call_digest(tool_name, parameters) if isinstance(pending, NeedsApproval) else None
+        # made here, off the write lock, like everything a batch job need not do inside it
+        redacted = redact(parameters) if digest is not None else None
 
         def record(batch: Batch) -> Outcome:
             if on_transaction is not None:
@@ -231,7 +233,7 @@ def authorize(
                     agent_id=agent_id,
                     tool_name=tool_name,
                     digest=digest,
-                    redacted=redact(parameters),
+                    redacted=redacted,
                     key_id=caller.key_id,
                 )
             decision = settle(pending, BatchCounters(batch), approvals)
