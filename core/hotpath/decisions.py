@@ -207,7 +207,7 @@ def authorize(
 
     if isinstance(decided, Decision):  # the audit row too is made before the hand-off
         outcome, row = entry(decided)
-        values = recorder.statements.audit_values(row)
+        values = recorder.statements.audit_row(row)
 
         def record(batch: Batch) -> Outcome:
             if on_transaction is not None:

@@ -37,7 +37,9 @@ from sqlalchemy import Engine, bindparam, insert
 
 from core.domain.errors import StorageError
 from core.hotpath.approvals import ApprovalStatements
+from core.hotpath.chain import AuditRow, Chain, ChainStatements
 from core.hotpath.sql import Compiled, compile_for
+from core.store import audit
 from core.store.database import Database
 from core.store.limits import upsert_statement
 from core.store.models import AuditEntry
@@ -55,7 +57,11 @@ _AUDIT_COLUMNS = (
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
     "approval_id",
 )  # fmt: skip
-_INSERT = insert(AuditEntry).values({c: bindparam(c) for c in _AUDIT_COLUMNS})
+#: the chain's columns, last: a batch fills them in (core.hotpath.chain)
+_CHAIN_COLUMNS = ("seq", "entry_hash", "hash")
+_INSERT = insert(AuditEntry).values(
+    {c: bindparam(c) for c in (*_AUDIT_COLUMNS, *_CHAIN_COLUMNS)}
+)
 
 
 class Statements:
@@ -64,9 +70,11 @@ class Statements:
     def __init__(self, dialect: Any) -> None:
         self.upsert = compile_for(upsert_statement(dialect.name), dialect)
         self.approvals = ApprovalStatements(dialect)
+        self.chain = ChainStatements(dialect)
         insert_audit = compile_for(_INSERT, dialect)
-        # audit rows are made as tuples in _AUDIT_COLUMNS' order (see audit_values)
-        assert insert_audit.names == _AUDIT_COLUMNS, insert_audit.names
+        # audit rows are made as tuples in _AUDIT_COLUMNS' order (see audit_row), the chain's
+        # columns after them
+        assert insert_audit.names == (*_AUDIT_COLUMNS, *_CHAIN_COLUMNS), insert_audit.names
         self.insert = insert_audit.sql
         columns = AuditEntry.__table__.c
         processors = {
@@ -75,12 +83,14 @@ class Statements:
         }
         self.processors = tuple(processors.get(column) for column in _AUDIT_COLUMNS)
 
-    def audit_values(self, row: dict[str, Any]) -> tuple[Any, ...]:
-        """An audit row as the driver takes it (JSON text, naive UTC timestamp, ...)."""
-        return tuple(
+    def audit_row(self, row: dict[str, Any]) -> AuditRow:
+        """An audit row as the driver takes it (JSON text, naive UTC timestamp, ...), with its
+        canonical JSON for the chain: made before the batch when it can be."""
+        values = tuple(
             row[column] if process is None else process(row[column])
             for column, process in zip(_AUDIT_COLUMNS, self.processors, strict=True)
         )
+        return AuditRow(values, row["workspace_id"], audit.leaf(row))
 
 
 class Batch:
@@ -88,13 +98,16 @@ class Batch:
 
     ``deferred``: audit rows are kept and sent in one ``executemany`` by :meth:`flush`, after
     every job ran; ``writes`` counts what a job changed, so a job that failed before changing
-    anything can fail alone without a savepoint of its own.
+    anything can fail alone without a savepoint of its own. Each row joins its workspace's
+    chain as it is written; :meth:`flush` also stores the chains' new heads.
     """
 
     def __init__(self, cursor: Any, statements: Statements, deferred: bool) -> None:
         self._cursor = cursor
         self._sql = statements
-        self._rows: list[tuple[Any, ...]] | None = [] if deferred else None
+        self._chain = Chain(cursor, statements.chain)
+        self._rows: list[AuditRow] | None = [] if deferred else None
+        self._marks: dict[str, dict[str, tuple[int, bytes]]] = {}
         self._savepoints = 0
         self.writes = 0
 
@@ -122,33 +135,39 @@ class Batch:
         return list(self._cursor.fetchall())
 
     def append_audit(self, row: dict[str, Any]) -> None:
-        self.insert_audit(self._sql.audit_values(row))
+        self.insert_audit(self._sql.audit_row(row))
 
-    def insert_audit(self, values: tuple[Any, ...]) -> None:
-        """An audit row already made by :meth:`Statements.audit_values`."""
+    def insert_audit(self, row: AuditRow) -> None:
+        """An audit row already made by :meth:`Statements.audit_row`."""
         self.writes += 1
         if self._rows is not None:
-            self._rows.append(values)
+            self._rows.append(row)
         else:
-            self._cursor.execute(self._sql.insert, values)
+            self._cursor.execute(self._sql.insert, self._chain.extend(row))
 
     def flush(self) -> None:
+        """The kept audit rows, in the order their jobs ran, and the chains' heads."""
         if self._rows:
-            self._cursor.executemany(self._sql.insert, self._rows)
+            extend = self._chain.extend
+            self._cursor.executemany(self._sql.insert, [extend(row) for row in self._rows])
             self._rows.clear()
+        self._chain.write()
 
     def savepoint(self) -> str:
         self._savepoints += 1
         name = f"sp{self._savepoints}"
         self._cursor.execute(f"SAVEPOINT {name}")
+        self._marks[name] = self._chain.mark()
         return name
 
     def release(self, name: str) -> None:
         self._cursor.execute(f"RELEASE SAVEPOINT {name}")
+        del self._marks[name]
 
     def rollback_to(self, name: str) -> None:
         self._cursor.execute(f"ROLLBACK TO SAVEPOINT {name}")
         self._cursor.execute(f"RELEASE SAVEPOINT {name}")
+        self._chain.back_to(self._marks.pop(name))
 
 
 Job = Callable[[Batch], Any]
@@ -341,6 +360,7 @@ class Recorder:
             else:
                 batch.release(mark)
                 results.append((entry, True, value))
+        batch.flush()  # the chains' heads: the rows went in one by one
 
     @staticmethod
     def _commit_postgresql(connection: Any) -> None:

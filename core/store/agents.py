@@ -15,7 +15,7 @@ from core.domain import ids
 from core.domain.clock import isoformat
 from core.domain.errors import AgentNotFound
 from core.domain.jsonvalues import same
-from core.store import limits
+from core.store import audit, limits
 from core.store.models import Agent, Policy
 from core.store.paging import Page, paginate
 
@@ -83,8 +83,12 @@ def update_agent(
 
 
 def delete_agent(session: Session, workspace_id: str, agent_id: str) -> None:
-    """Delete the agent; the database cascades to its policies and audit entries."""
+    """Delete the agent; the database cascades to its policies, and its audit entries' content
+    is erased (their places in the chain stay). The agent's row is locked first, so that no
+    decision can chain a new entry of it between the erasure and the deletion."""
     agent = get_agent(session, workspace_id, agent_id)
+    session.execute(select(Agent.id).where(Agent.id == agent.id).with_for_update())
+    audit.erase(session, agent.id)
     policy_ids = session.scalars(select(Policy.id).where(Policy.agent_id == agent.id)).all()
     for policy_id in policy_ids:
         limits.reset(session, policy_counter_prefix(policy_id))

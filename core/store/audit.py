@@ -1,8 +1,10 @@
-"""The audit log: an entry's row (redacted), query and export. Entries are never updated or
-deleted by this code (the database refuses it, too), except by the cascade of deleting their agent.
+"""The audit log: an entry's row (redacted), its place in the chain, query, export and
+erasure. Entries are never updated or deleted by this code (the database refuses it, too),
+except that deleting their agent erases their content and keeps their chain leaves (§7).
 
 Called by ``core.hotpath.decisions`` (the row, which the recorder writes inside the decision's
-transaction) and by ``api/audit_logs.py`` (query, export).
+transaction and chains), ``core.store.agents`` (erasure), ``core.store.auditchain`` (reading the
+chain back) and ``api/audit_logs.py`` (query, export).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
 from core.domain import ids
+from core.domain.auditchain import Leaf
 from core.domain.clock import isoformat
 from core.domain.redaction import redact, scrub
 from core.store.models import AuditEntry
@@ -80,8 +83,45 @@ def entry(
     }
 
 
+def leaf(row: dict[str, Any]) -> Leaf:
+    """The chain leaf of a row made by :func:`entry`: its v1 fields as the API renders them."""
+    return Leaf.of(_rendered(row.__getitem__))
+
+
+#: what erasing an entry writes over its content (the database's guard checks these values)
+ERASED: dict[str, Any] = {
+    "agent_id": "",
+    "agent_ref": None,
+    "key_id": None,
+    "action": "",
+    "tool_name": "",
+    "parameters": {},
+    "result": "",
+    "policy_id": None,
+    "rule_index": None,
+    "reason": "",
+    "latency_ms": 0.0,
+    "approval_id": None,
+    "erased": True,
+}
+
+
+def erase(session: Session, agent_id: str) -> int:
+    """Erase the content of the agent's entries, keeping each one's seq, entry hash and hash;
+    call it before deleting the agent, in the same transaction. How many were erased."""
+    erased = session.execute(
+        update(AuditEntry)
+        .where(AuditEntry.agent_ref == agent_id, AuditEntry.erased.is_(False))
+        .values(ERASED)
+        .execution_options(synchronize_session=False)
+    )
+    return int(erased.rowcount or 0)
+
+
 def _select(workspace_id: str, filters: Filters) -> Select[AuditEntry]:
-    query = select(AuditEntry).where(AuditEntry.workspace_id == workspace_id)
+    query = select(AuditEntry).where(
+        AuditEntry.workspace_id == workspace_id, AuditEntry.erased.is_(False)
+    )
     for column, value in (
         (AuditEntry.agent_id, filters.agent_id),
         (AuditEntry.action, filters.action),
@@ -148,18 +188,28 @@ def _drain(buffer: io.StringIO) -> str:
     return text
 
 
-def serialize_entry(entry: AuditEntry) -> dict[str, Any]:
+def _rendered(column: Any) -> dict[str, Any]:
+    """An entry's fields as the API renders them, from ``column(name)``: the one rendering
+    that the chain's hash covers and that clients read."""
     return {
-        "id": entry.id,
-        "agentId": entry.agent_id,
-        "action": entry.action,
-        "toolName": entry.tool_name,
-        "parameters": entry.parameters,
-        "result": entry.result,
-        "policyId": entry.policy_id,
-        "ruleIndex": entry.rule_index,
-        "reason": entry.reason,
-        "latencyMs": entry.latency_ms,
-        "timestamp": isoformat(entry.timestamp),
-        "approvalId": entry.approval_id,
+        "id": column("id"),
+        "agentId": column("agent_id"),
+        "action": column("action"),
+        "toolName": column("tool_name"),
+        "parameters": column("parameters"),
+        "result": column("result"),
+        "policyId": column("policy_id"),
+        "ruleIndex": column("rule_index"),
+        "reason": column("reason"),
+        "latencyMs": column("latency_ms"),
+        "timestamp": isoformat(column("timestamp")),
+        "approvalId": column("approval_id"),
+        "sessionId": None,
     }
+
+
+def serialize_entry(entry: AuditEntry) -> dict[str, Any]:
+    rendered = _rendered(entry.__getattribute__)
+    rendered["seq"] = entry.seq
+    rendered["hash"] = entry.hash
+    return rendered

@@ -1,8 +1,8 @@
 """The tables, as typed SQLAlchemy 2.0 models. Migrations in ``migrations/`` create them.
 
-Workspaces own everything. Deleting an agent cascades to its policies and its audit entries
-(through ``audit_log.agent_ref``); the audit table is otherwise append-only, enforced by
-database triggers created in the migrations.
+Workspaces own everything. Deleting an agent cascades to its policies and erases its audit
+entries' content (``core.store.audit.erase``: each keeps its place in the chain); the audit
+table is otherwise append-only, enforced by database triggers created in the migrations.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -117,6 +118,7 @@ class AuditEntry(Base):
     __table_args__ = (
         Index("ix_audit_workspace_time", "workspace_id", "timestamp", "id"),
         Index("ix_audit_workspace_agent_time", "workspace_id", "agent_id", "timestamp", "id"),
+        Index("ux_audit_workspace_seq", "workspace_id", "seq", unique=True),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -136,6 +138,25 @@ class AuditEntry(Base):
     latency_ms: Mapped[float] = mapped_column(Float)
     timestamp: Mapped[datetime]
     approval_id: Mapped[str | None] = mapped_column(String(36))
+    #: its place in the workspace's chain (decisions §7): 1, 2, 3, ... in commit order
+    seq: Mapped[int] = mapped_column(BigInteger)
+    #: SHA-256 of the entry's v1 fields in RFC 8785 canonical JSON, lowercase hex
+    entry_hash: Mapped[str] = mapped_column(String(64))
+    #: SHA-256(hash(seq - 1) || entry_hash), lowercase hex
+    hash: Mapped[str] = mapped_column(String(64))
+    #: its agent was deleted: the content is gone, seq, entry_hash and hash stay
+    erased: Mapped[bool] = mapped_column(server_default=false())
+
+
+class AuditHead(Base):
+    """The newest seq and hash of a workspace's chain; its row is locked by each batch that
+    extends the chain, so several processes never fork it."""
+
+    __tablename__ = "audit_heads"
+
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    hash: Mapped[str] = mapped_column(String(64))
 
 
 class Approval(Base):

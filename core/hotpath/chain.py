@@ -1,0 +1,99 @@
+"""Extending each workspace's audit chain inside the group-commit transaction (decisions §7).
+
+A batch reads the head of every workspace it writes to (locking its row on PostgreSQL, so a
+batch of another process waits for this one to commit and then extends the chain from where
+this one left it), gives each audit row the next ``seq``, its ``entry_hash`` and ``hash``, and
+writes the new heads before the COMMIT that makes the rows durable. On SQLite the write lock
+that ``BEGIN IMMEDIATE`` took does the same. The entries' canonical JSON was made before the
+batch (:class:`core.domain.auditchain.Leaf`): under the lock each entry costs two SHA-256.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from core.domain.auditchain import ZERO_HASH, Leaf, chain_hash
+from core.hotpath.sql import compile_for
+from core.store.models import AuditHead
+
+_HEADS = AuditHead.__table__
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """An audit row as the driver takes it, without its three chain columns, and its leaf."""
+
+    values: tuple[Any, ...]
+    workspace_id: str
+    leaf: Leaf
+
+
+class ChainStatements:
+    def __init__(self, dialect: Any) -> None:
+        workspace = bindparam("workspace_id")
+        self.read = compile_for(
+            select(_HEADS.c.seq, _HEADS.c.hash)
+            .where(_HEADS.c.workspace_id == workspace)
+            .with_for_update(),
+            dialect,
+        )
+        insert = (postgresql if dialect.name == "postgresql" else sqlite).insert(_HEADS)
+        self.create = compile_for(
+            insert.values(workspace_id=workspace, seq=0, hash=ZERO_HASH.hex())
+            .on_conflict_do_nothing(index_elements=[_HEADS.c.workspace_id]),
+            dialect,
+        )
+        self.write = compile_for(
+            update(_HEADS)
+            .where(_HEADS.c.workspace_id == workspace)
+            .values(seq=bindparam("seq"), hash=bindparam("hash")),
+            dialect,
+        )
+
+
+class Chain:
+    """The heads one transaction read and moved on; :meth:`write` stores them."""
+
+    def __init__(self, cursor: Any, statements: ChainStatements) -> None:
+        self._cursor = cursor
+        self._sql = statements
+        self._heads: dict[str, tuple[int, bytes]] = {}
+
+    def extend(self, row: AuditRow) -> tuple[Any, ...]:
+        """``row``'s values with its seq, entry hash and hash, the head moved past it."""
+        seq, head = self._heads.get(row.workspace_id) or self._read(row.workspace_id)
+        seq += 1
+        own = row.leaf.hash(seq)
+        head = chain_hash(head, own)
+        self._heads[row.workspace_id] = (seq, head)
+        return (*row.values, seq, own.hex(), head.hex())
+
+    def mark(self) -> dict[str, tuple[int, bytes]]:
+        """Where the heads are, for :meth:`back_to` after a savepoint is rolled back."""
+        return dict(self._heads)
+
+    def back_to(self, mark: dict[str, tuple[int, bytes]]) -> None:
+        """Forget what moved since ``mark`` (the heads are written only at the end, so a head
+        first read since then is read again when next needed)."""
+        self._heads = dict(mark)
+
+    def write(self) -> None:
+        for workspace_id, (seq, head) in sorted(self._heads.items()):
+            values = {"workspace_id": workspace_id, "seq": seq, "hash": head.hex()}
+            self._cursor.execute(self._sql.write.sql, self._sql.write.bind(values))
+
+    def _read(self, workspace_id: str) -> tuple[int, bytes]:
+        key = {"workspace_id": workspace_id}
+        self._cursor.execute(self._sql.read.sql, self._sql.read.bind(key))
+        row = self._cursor.fetchone()
+        if row is None:  # a workspace older than its head row: its first entry creates it
+            self._cursor.execute(self._sql.create.sql, self._sql.create.bind(key))
+            self._cursor.execute(self._sql.read.sql, self._sql.read.bind(key))
+            row = self._cursor.fetchone()
+        found = (int(row[0]), bytes.fromhex(row[1]))
+        self._heads[workspace_id] = found
+        return found
