@@ -7,12 +7,15 @@ by ``api.wsgi`` for other WSGI servers, and by the tests.
 
 from __future__ import annotations
 
+import functools
+
 from flask import Flask
 
 from core.config import Settings
 from core.domain.clock import Clock, utc_now
 from core.hotpath.decisions import PolicyCache
 from core.hotpath.recorder import Recorder
+from core.store import signing
 from core.store.database import Database
 
 
@@ -41,7 +44,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.json.sort_keys = False  # type: ignore[attr-defined]
     database = Database(settings)
     app.extensions["agentauth"] = Services(
-        settings, database, clock or utc_now, PolicyCache(), Recorder.for_database(database)
+        settings,
+        database,
+        clock or utc_now,
+        PolicyCache(),
+        Recorder.for_database(database),
+        functools.cache(functools.partial(signing.load_or_create, settings)),
     )
     errors.register(app)
     observe.register(app)

@@ -1,5 +1,6 @@
-"""``/v1/audit-logs``: query the audit log (newest first) and export it as CSV. Read-only keys
-may do both: an auditor must not need a key that can change anything."""
+"""``/v1/audit-logs``: query the audit log (newest first), export it as CSV or as the chain's
+JSON Lines, and the chain's signed checkpoint and public key (decisions §7). Read-only keys may
+do all of it: an auditor must not need a key that can change anything."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from flask import Blueprint, Response, stream_with_context
 
 from api.auth import takes_query
 from api.context import now, principal, services
-from api.params import read_paging, read_query
+from api.params import read_paging, read_query, whole_number
+from core.domain.auditchain import VerifierKey
 from core.domain.clock import parse_instant
 from core.domain.errors import ValidationError
 from core.domain.validation import require_uuid
-from core.store import audit
+from core.store import audit, chain
 
 bp = Blueprint("audit_logs", __name__, url_prefix="/v1/audit-logs")
 FILTERS = {"agent_id", "action", "tool_name", "result", "from", "to"}
@@ -57,9 +59,18 @@ def list_() -> dict[str, Any]:
 
 
 @bp.get("/export")
-@takes_query(*FILTERS)
+@takes_query(*FILTERS, "format", "seq_from", "seq_to")
 def export() -> Response:
-    filters = _filters(read_query())
+    query = read_query()
+    kind = query.pop("format", "csv")
+    if kind == "jsonl":
+        return _export_chain(query)
+    if kind != "csv":
+        raise ValidationError.field("format", "must be csv or jsonl")
+    for name in ("seq_from", "seq_to"):
+        if name in query:
+            raise ValidationError.field(name, "applies to format=jsonl only")
+    filters = _filters(query)
     workspace_id = principal().workspace_id
     stack = ExitStack()
     session = stack.enter_context(services().db.transaction(snapshot=True))
@@ -77,3 +88,43 @@ def export() -> Response:
         response.headers["X-Svc-Export-Truncated"] = "true"
         response.headers["X-Svc-Export-Limit"] = str(audit.EXPORT_LIMIT)
     return response
+
+
+def _export_chain(query: dict[str, str]) -> Response:
+    """Every entry of a seq range, oldest first, as JSON Lines: what ``agentauth audit verify
+    --export`` and a third party's own verifier read."""
+    for name in FILTERS:
+        if name in query:
+            raise ValidationError.field(
+                name,
+                "does not apply to format=jsonl, which exports the whole chain"
+                " (narrow it with seq_from and seq_to)",
+            )
+    seq_from = whole_number(query, "seq_from", minimum=1)
+    seq_to = whole_number(query, "seq_to", minimum=1)
+    workspace_id = principal().workspace_id
+    stack = ExitStack()
+    session = stack.enter_context(services().db.transaction(snapshot=True))
+    lines = chain.jsonl(chain.entries(session, workspace_id, seq_from, seq_to))
+    response = Response(stream_with_context(lines), mimetype="application/jsonl")
+    response.call_on_close(stack.close)
+    filename = f"svc-audit-log-{now().date().isoformat()}.jsonl"
+    response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@bp.get("/checkpoint")
+@takes_query()
+def checkpoint() -> Response:
+    """The chain's current size and head, signed: keep these away from the database."""
+    key = services().audit_key()
+    with services().db.transaction() as session:
+        note = chain.checkpoint(session, principal().workspace_id, key)
+    return Response(note, mimetype="text/plain")
+
+
+@bp.get("/public-key")
+@takes_query()
+def public_key() -> Response:
+    """The C2SP verifier key of the checkpoints' signatures."""
+    return Response(VerifierKey.of(services().audit_key()).text() + "\n", mimetype="text/plain")

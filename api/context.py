@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flask import current_app, g
 
 from core.config import Settings
@@ -23,6 +25,8 @@ class Services:
     clock: Clock
     policies: PolicyCache
     recorder: Recorder
+    #: the key that signs audit checkpoints, read (or created) on first use
+    audit_key: Callable[[], Ed25519PrivateKey]
 
     def close(self) -> None:
         """Give back every connection of this process (the recorder's kept one first)."""

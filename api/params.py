@@ -110,6 +110,16 @@ def read_paging(query: dict[str, str], max_limit: int, default: int = 100) -> tu
     return limit, offset
 
 
+def whole_number(query: dict[str, str], name: str, minimum: int = 0) -> int | None:
+    """An optional whole-number query parameter of at least ``minimum``; None when absent."""
+    if name not in query:
+        return None
+    value = _whole(query, name, 0)
+    if value < minimum or value > 2**63 - 1:
+        raise ValidationError.field(name, f"must be a whole number from {minimum}")
+    return value
+
+
 def _whole(query: dict[str, str], name: str, default: int) -> int:
     raw = query.get(name)
     if raw is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.domain.errors import ConfigError
@@ -38,6 +38,10 @@ class Settings:
     cache_dir: str = ""
     #: webhooks may reach loopback, private, link-local and other non-public addresses
     webhook_allow_private: bool = False
+    #: the Ed25519 key that signs audit checkpoints: this file (created, mode 0600, when
+    #: absent), unless ``audit_key`` holds the key itself (C2SP's PRIVATE+KEY+... form)
+    audit_key_file: str = "agentauth-audit.key"
+    audit_key: str = field(default="", repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -50,6 +54,8 @@ class Settings:
             sqlite_busy_timeout_ms=_int(env, "AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS", 30_000),
             cache_dir=env.get("AGENTAUTH_CACHE_DIR", _default_cache_dir(env)),
             webhook_allow_private=_bool(env, "AGENTAUTH_WEBHOOK_ALLOW_PRIVATE", False),
+            audit_key_file=env.get("AGENTAUTH_AUDIT_KEY_FILE") or _default_key_file(env),
+            audit_key=env.get("AGENTAUTH_AUDIT_KEY", ""),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.check()
@@ -65,6 +71,13 @@ class Settings:
             raise ConfigError(
                 "AGENTAUTH_SQLITE_SYNCHRONOUS must be one of " + ", ".join(SQLITE_SYNC_MODES)
             )
+
+
+def _default_key_file(env: Mapping[str, str]) -> str:
+    base = env.get("XDG_CONFIG_HOME") or (
+        os.path.join(env["HOME"], ".config") if env.get("HOME") else ""
+    )
+    return os.path.join(base, "agentauth", "audit.key") if base else "agentauth-audit.key"
 
 
 def _default_cache_dir(env: Mapping[str, str]) -> str:

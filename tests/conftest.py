@@ -118,8 +118,16 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, rate_limit_per_minute=100_000)
+def settings(database_url: str, audit_key_file: str) -> Settings:
+    return Settings(
+        database_url=database_url, rate_limit_per_minute=100_000, audit_key_file=audit_key_file
+    )
+
+
+@pytest.fixture(scope="session")
+def audit_key_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where the run's audit signing key is made, on first use."""
+    return str(tmp_path_factory.mktemp("keys") / "audit.key")
 
 
 @pytest.fixture

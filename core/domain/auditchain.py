@@ -246,6 +246,25 @@ def parse_note(note: str) -> Note:
     return Note(text + "\n", tuple(signatures))
 
 
+def split_notes(text: str) -> list[str]:
+    """The signed notes of a file holding several one after the other (as ``agentauth audit
+    checkpoint --out`` appends them); blank lines between notes are skipped."""
+    notes: list[str] = []
+    current: list[str] = []
+    signed = False
+    for line in text.splitlines(keepends=True):
+        if signed and not line.startswith(_SIGNATURE_START):
+            notes.append("".join(current))
+            current, signed = [], False
+        if not current and not line.strip():
+            continue
+        current.append(line)
+        signed = signed or line.startswith(_SIGNATURE_START)
+    if current:
+        notes.append("".join(current))
+    return notes
+
+
 def verify_note(note: Note, key: VerifierKey) -> bool:
     """Whether one of the note's signatures is ``key``'s, and valid."""
     for name, found_id, signature in note.signatures:

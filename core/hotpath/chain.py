@@ -43,8 +43,9 @@ class ChainStatements:
         )
         insert = (postgresql if dialect.name == "postgresql" else sqlite).insert(_HEADS)
         self.create = compile_for(
-            insert.values(workspace_id=workspace, seq=0, hash=ZERO_HASH.hex())
-            .on_conflict_do_nothing(index_elements=[_HEADS.c.workspace_id]),
+            insert.values(
+                workspace_id=workspace, seq=0, hash=ZERO_HASH.hex()
+            ).on_conflict_do_nothing(index_elements=[_HEADS.c.workspace_id]),
             dialect,
         )
         self.write = compile_for(

@@ -59,9 +59,7 @@ _AUDIT_COLUMNS = (
 )  # fmt: skip
 #: the chain's columns, last: a batch fills them in (core.hotpath.chain)
 _CHAIN_COLUMNS = ("seq", "entry_hash", "hash")
-_INSERT = insert(AuditEntry).values(
-    {c: bindparam(c) for c in (*_AUDIT_COLUMNS, *_CHAIN_COLUMNS)}
-)
+_INSERT = insert(AuditEntry).values({c: bindparam(c) for c in (*_AUDIT_COLUMNS, *_CHAIN_COLUMNS)})
 
 
 class Statements:

@@ -85,7 +85,7 @@ def entry(
 
 def leaf(row: dict[str, Any]) -> Leaf:
     """The chain leaf of a row made by :func:`entry`: its v1 fields as the API renders them."""
-    return Leaf.of(_rendered(row.__getitem__))
+    return Leaf.of(render_row(row.__getitem__))
 
 
 #: what erasing an entry writes over its content (the database's guard checks these values)
@@ -188,7 +188,7 @@ def _drain(buffer: io.StringIO) -> str:
     return text
 
 
-def _rendered(column: Any) -> dict[str, Any]:
+def render_row(column: Any) -> dict[str, Any]:
     """An entry's fields as the API renders them, from ``column(name)``: the one rendering
     that the chain's hash covers and that clients read."""
     return {
@@ -209,7 +209,7 @@ def _rendered(column: Any) -> dict[str, Any]:
 
 
 def serialize_entry(entry: AuditEntry) -> dict[str, Any]:
-    rendered = _rendered(entry.__getattribute__)
+    rendered = render_row(entry.__getattribute__)
     rendered["seq"] = entry.seq
     rendered["hash"] = entry.hash
     return rendered
