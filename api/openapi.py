@@ -261,18 +261,43 @@ def document() -> dict[str, Any]:
         "X-Svc-Export-Truncated": {"schema": {"const": "true"}},
         "X-Svc-Export-Limit": {"schema": {"const": "5000"}},
     }
+    seq = {"type": "integer", "minimum": 1}
     paths["/v1/audit-logs/export"] = {
         "get": _operation(
-            "export the audit log as CSV (at most 5,000 rows, newest first)",
+            "export the audit log: CSV (at most 5,000 rows, newest first) or, with format=jsonl,"
+            " every entry of a seq range oldest first, erased ones as placeholders (extension)",
             {
                 "200": {
                     "description": "CSV with the columns Timestamp, Agent ID, Tool, Result, "
-                    "Reason, Latency (ms), Parameters",
+                    "Reason, Latency (ms), Parameters; or JSON Lines of audit.exportLine",
                     "headers": csv_headers,
-                    "content": {"text/csv": {"schema": {"type": "string"}}},
+                    "content": {
+                        "text/csv": {"schema": {"type": "string"}},
+                        "application/jsonl": {"schema": ref("audit.exportLine")},
+                    },
                 }
             },
-            query=filters,
+            query=[
+                *filters,
+                _q("format", {"enum": ["csv", "jsonl"]}),
+                _q("seq_from", seq),
+                _q("seq_to", seq),
+            ],
+        )
+    }
+    text = {"text/plain": {"schema": {"type": "string"}}}
+    paths["/v1/audit-logs/checkpoint"] = {
+        "get": _operation(
+            "the audit chain's current size and head as a C2SP signed note (extension; any"
+            " scope)",
+            {"200": {"description": "the signed checkpoint", "content": text}},
+        )
+    }
+    paths["/v1/audit-logs/public-key"] = {
+        "get": _operation(
+            "the C2SP verifier key of the checkpoints' Ed25519 signatures (extension; any"
+            " scope)",
+            {"200": {"description": "agentauth+<key id hex>+<base64 key>", "content": text}},
         )
     }
     _approvals(paths)

@@ -21,6 +21,7 @@ import platform
 import re
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 ENGINE_TARGET = 10.0  # ours / the faster of cedarpy and pycasbin
 HTTP_TARGET = 0.60  # authorize / bare endpoint throughput at concurrency 8
+CHAIN_TARGET = 0.90  # authorize with the audit chain / without it, at every concurrency
 
 
 def _too_old(package: str, minimum: str) -> bool:
@@ -207,6 +209,48 @@ def run_http(config: HttpConfig) -> bool:
         rows,
         text=(10,),
     )
+    chained = [c for c in results.comparisons if c.unchained is not None]
+    if chained:
+        print(
+            "What the audit chain costs: the same service with the chain's work taken out "
+            "(bench/unchained_app.py), up at the same time, its points interleaved with the "
+            "others.\n"
+        )
+        print_table(
+            [
+                "concurrency",
+                "without chain req/s",
+                "p99 ms",
+                "CPU µs/req",
+                "with chain req/s",
+                "p99 ms",
+                "CPU µs/req",
+                "with / without",
+                "each round",
+            ],
+            [
+                [
+                    str(c.concurrency),
+                    f"{c.unchained.rps:,.0f}",
+                    f"{c.unchained.p99_ms:.2f}",
+                    f"{c.unchained.cpu_micros:,.0f}",
+                    f"{c.authorize.rps:,.0f}",
+                    f"{c.authorize.p99_ms:.2f}",
+                    f"{c.authorize.cpu_micros:,.0f}",
+                    f"{statistics.median(c.chain_ratios):.0%}",
+                    " ".join(f"{r:.0%}" for r in c.chain_ratios),
+                ]
+                for c in chained
+                if c.unchained is not None
+            ],
+            text=(8,),
+        )
+        worst = min(statistics.median(c.chain_ratios) for c in chained)
+        verdict = "meets" if worst >= CHAIN_TARGET else "BELOW"
+        print(
+            f"**Authorize with the chain, at worst {worst:.0%} of the throughput without it** "
+            f"(target >= {CHAIN_TARGET:.0%}: {verdict} target)\n"
+        )
     restarts = sum(c.restarts for c in results.comparisons)
     print(
         "req/s, p50, p99 and CPU are medians over the rounds; CPU is the user + system time of "
@@ -233,7 +277,9 @@ def run_http(config: HttpConfig) -> bool:
             f"(target >= {HTTP_TARGET:.0%}: {verdict} target)\n",
             flush=True,
         )
-    points = [p for c in results.comparisons for p in (c.bare, c.authorize)]
+    points = [
+        p for c in results.comparisons for p in (c.bare, c.authorize, c.unchained) if p is not None
+    ]
     bad = [p for p in points if p.unexpected or p.socket_errors]
     if bad:
         print("UNEXPECTED RESPONSES OR SOCKET ERRORS: see the lines above")
@@ -364,6 +410,38 @@ def run_plan() -> bool:
     return True
 
 
+def run_verify(entries: int) -> bool:
+    from bench import audit_verify as av
+
+    print("## 5. Verifying the audit log\n")
+    print(
+        f"{entries:,} entries written through the group-commit recorder into a fresh SQLite "
+        "database, then `agentauth audit verify` against it and against its JSONL export, each "
+        "a fresh process timed from start to exit.\n",
+        flush=True,
+    )
+    times = av.bench_verify(entries)
+    print_table(
+        ["step", "seconds", "entries/s"],
+        [
+            ["write (recorder, 5,000 a batch)", f"{times.write_seconds:.1f}",
+             f"{entries / times.write_seconds:,.0f}"],
+            ["`audit verify --db`", f"{times.database_seconds:.1f}",
+             f"{entries / times.database_seconds:,.0f}"],
+            [f"`audit verify --export` ({times.export_bytes / 1e6:,.0f} MB)",
+             f"{times.export_seconds:.1f}", f"{entries / times.export_seconds:,.0f}"],
+        ],
+    )  # fmt: skip
+    slowest = entries / max(times.database_seconds, times.export_seconds)
+    verdict = "meets" if slowest >= av.TARGET else "BELOW"
+    print(
+        f"**Verify: at least {slowest:,.0f} entries/s** (target >= {av.TARGET:,}: {verdict} "
+        "target)\n",
+        flush=True,
+    )
+    return True
+
+
 def main() -> int:
     from bench.http_compare import HttpConfig
 
@@ -391,7 +469,13 @@ def main() -> int:
         help="threads of the contended profile pass (default: a gunicorn worker's threads)",
     )
     parser.add_argument(
-        "--skip", action="append", default=[], choices=["engines", "http", "profile", "plan"]
+        "--skip",
+        action="append",
+        default=[],
+        choices=["engines", "http", "profile", "plan", "verify"],
+    )
+    parser.add_argument(
+        "--verify-entries", type=int, default=1_000_000, help="the audit log verify measures"
     )
     experiments = parser.add_argument_group("experiments (RESULTS.md uses the defaults)")
     experiments.add_argument("--workers", type=int, default=defaults.workers)
@@ -427,6 +511,8 @@ def main() -> int:
         run_profile(args.profile_requests, args.profile_threads)
     if "plan" not in args.skip:
         ok = run_plan() and ok
+    if "verify" not in args.skip:
+        ok = run_verify(args.verify_entries) and ok
     return 0 if ok else 1
 
 

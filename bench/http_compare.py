@@ -410,6 +410,8 @@ class HttpConfig:
     warmup: float = 1
     rounds: int = 4
     spread: bool = True  # re-start a point whose connections left a worker idle (run_spread)
+    #: also run authorize without the audit chain's work (bench.unchained_app), to show its cost
+    chain_cost: bool = True
     workers: int = WORKERS
     threads: int = THREADS
     synchronous: str | None = None  # None: the service's default
@@ -423,6 +425,9 @@ class Comparison:
     bare: Point  # medians over the rounds (requests and errors summed)
     authorize: Point
     ratios: tuple[float, ...]  # authorize / bare, round by round (the pair measured together)
+    #: authorize without the audit chain, and authorize / it round by round (chain_cost only)
+    unchained: Point | None = None
+    chain_ratios: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -499,6 +504,23 @@ def _bench_http(
         _check_body(*http("POST", authz_url, body, key), '"allowed":true', "authorize")
         authz_script = write_script(workdir / "authorize.lua", body, key, '"allowed":true')
         answered = 1  # the check request above
+        unchained: tuple[str, int] | None = None
+        if config.chain_cost:  # the same service on its own database, minus the chain
+            plain_base = f"http://127.0.0.1:{free_port()}"
+            plain_db = f"sqlite:///{workdir / 'unchained.db'}"
+            plain_key = create_admin_key(plain_db, env)
+            plain_cmd = [sys.executable, "-m", "bench.unchained_app", "serve"]
+            plain_cmd += [*_listen(plain_base), "--db", plain_db, *sizing]
+            plain_master = servers.enter_context(
+                running(plain_cmd, env, workdir / "unchained.log", lambda: _healthy(plain_base))
+            )
+            plain_body = create_agent_and_policy(plain_base, plain_key)
+            plain_url = plain_base + "/v1/authorize"
+            _check_body(*http("POST", plain_url, plain_body, plain_key), '"allowed":true', "x")
+            plain_script = write_script(
+                workdir / "unchained.lua", plain_body, plain_key, '"allowed":true'
+            )
+            unchained = (plain_url, plain_master)
 
         def measure(
             name: str, url: str, script: Path, master: int, concurrency: int, round_: int
@@ -535,18 +557,31 @@ def _bench_http(
         for concurrency in config.concurrencies:
             bare: list[Point] = []
             authz: list[Point] = []
+            plain: list[Point] = []
             for round_ in range(max(1, config.rounds)):
                 order = [
                     ("bare", bare_url, bare_script, bare_master, bare),
                     ("authorize", authz_url, authz_script, authz_master, authz),
                 ]
+                if unchained is not None:
+                    order.append(("unchained", unchained[0], plain_script, unchained[1], plain))
                 for name, target, script, master, into in order if round_ % 2 == 0 else order[::-1]:
                     into.append(measure(name, target, script, master, concurrency, round_))
             ratios = tuple(
                 a.rps / b.rps if b.rps else 0.0 for a, b in zip(authz, bare, strict=True)
             )
+            chain_ratios = tuple(
+                a.rps / p.rps if p.rps else 0.0 for a, p in zip(authz, plain, strict=True)
+            )
             comparisons.append(
-                Comparison(concurrency, median_point(bare), median_point(authz), ratios)
+                Comparison(
+                    concurrency,
+                    median_point(bare),
+                    median_point(authz),
+                    ratios,
+                    median_point(plain) if plain else None,
+                    chain_ratios,
+                )
             )
     with contextlib.closing(sqlite3.connect(database)) as db:
         (rows,) = db.execute("SELECT count(*) FROM audit_log").fetchone()

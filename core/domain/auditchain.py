@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import operator
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 #: where an entry's seq sits in its canonical JSON (with seq 0): the members after it are
 #: sessionId, timestamp and toolName, strings or null, so this is its last occurrence
 _SEQ_ZERO = b',"seq":0,'
+_V1_VALUES = operator.itemgetter(*ENTRY_FIELDS_V1)
 
 
 def canonical_json(value: Any) -> bytes:
@@ -65,19 +67,41 @@ def canonical_json(value: Any) -> bytes:
 
 
 def _plain(value: Any) -> bool:
-    """Whether orjson writes ``value`` exactly as RFC 8785 does."""
+    """Whether orjson writes ``value`` exactly as RFC 8785 does. (Strings, null, booleans and
+    small integers are tested in the loops rather than by a call each: this runs for every
+    entry written and every entry verified.)"""
     kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii():
+                return False
+            kind = type(item)
+            if kind is str or item is None or kind is bool:
+                continue
+            if kind is int:
+                if not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
+                    return False
+            elif not _plain(item):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            kind = type(item)
+            if kind is str or item is None or kind is bool:
+                continue
+            if kind is int:
+                if not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
+                    return False
+            elif not _plain(item):
+                return False
+        return True
     if kind is str or value is None or kind is bool:
         return True
-    if kind is dict:
-        return all(type(k) is str and k.isascii() and _plain(v) for k, v in value.items())
     if kind is int:
-        return -_SAFE_INTEGER <= value <= _SAFE_INTEGER
+        return bool(-_SAFE_INTEGER <= value <= _SAFE_INTEGER)
     if kind is float:  # repr and ECMAScript agree on finite, non-integral, unexponented floats
         text = repr(value)
         return value - value == 0.0 and "e" not in text and not text.endswith(".0")
-    if kind is list:
-        return all(_plain(item) for item in value)
     return False
 
 
@@ -135,7 +159,10 @@ def entry_json(entry: Mapping[str, Any]) -> bytes:
     written; in an entry changed to hold something else there, orjson's bytes may not be RFC
     8785's, but they still differ from those of every entry that does (orjson writes each
     parsed JSON value as text that parses back to it), which is all verifying needs."""
-    fields = {name: entry.get(name) for name in ENTRY_FIELDS_V1}
+    try:
+        fields = dict(zip(ENTRY_FIELDS_V1, _V1_VALUES(entry), strict=True))
+    except KeyError:  # an entry without some field: null
+        fields = {name: entry.get(name) for name in ENTRY_FIELDS_V1}
     latency = fields["latencyMs"]
     if type(latency) is float:
         try:
@@ -364,24 +391,37 @@ def signed_checkpoints(
     return found, None
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where a verification starts: after entry ``size``, whose chain hash is ``head`` (the
+    counts so far carry over into the report)."""
+
+    size: int = 0
+    head: bytes = ZERO_HASH
+    erased: int = 0
+    matched: int = 0
+
+
 def verify_chain(
     entries: Iterable[Mapping[str, Any]],
     checkpoints: Iterable[Checkpoint] = (),
     *,
     window: int = 8,
+    start: Start = Start(),
 ) -> ChainReport:
     """Recompute every entry's hash and the chain over ``entries`` in ``seq`` order (full entries
     as the API renders them, with ``seq`` and ``hash``; erased ones as ``{seq, entryHash, hash,
-    erased: true}``), and hold the chain against each checkpoint of its own origin. Stops at the
-    first failure, naming it; ``window`` entries around it are used to tell a moved entry from a
-    changed one."""
+    erased: true}``), and hold the chain against each checkpoint. Stops at the first failure,
+    naming it; ``window`` entries around it are used to tell a moved entry from a changed one.
+    ``entries`` start after ``start`` (the first one is ``start.size + 1``)."""
     wanted: dict[int, list[Checkpoint]] = {}
     for checkpoint in checkpoints:
-        wanted.setdefault(checkpoint.size, []).append(checkpoint)
+        if checkpoint.size > start.size:
+            wanted.setdefault(checkpoint.size, []).append(checkpoint)
     ahead: deque[Mapping[str, Any]] = deque()
     behind: deque[Mapping[str, Any]] = deque(maxlen=window)
     source = iter(entries)
-    previous, size, erased, matched = ZERO_HASH, 0, 0, 0
+    previous, size, erased, matched = start.head, start.size, start.erased, start.matched
 
     def report(failure: Finding | None) -> ChainReport:
         return ChainReport(size, erased, size, previous, matched, failure)
@@ -402,11 +442,11 @@ def verify_chain(
             return report(Finding(expected, "malformed", str(exc)))
         if seq != expected:
             return report(_out_of_place(seq, expected, ahead))
-        computed = own if own is not None else entry_hash(entry)
+        computed = own if own is not None else _entry_hash_or_none(entry)
         if own is not None:
             erased += 1
-        head = chain_hash(previous, computed)
-        if head != stored:
+        head = chain_hash(previous, computed or b"")
+        if computed is None or head != stored:
             return report(_why_not(entry, seq, previous, list(behind), list(ahead)))
         for checkpoint in wanted.pop(seq, []):
             if checkpoint.head != head:
@@ -420,6 +460,114 @@ def verify_chain(
         detail = f"the log ends at {size}, a checkpoint says it held {longest} entries"
         return report(Finding(size + 1, "missing", detail))
     return report(None)
+
+
+def _entry_hash_or_none(entry: Mapping[str, Any]) -> bytes | None:
+    """The entry's hash; None for content no entry of this service can hold (a changed one)."""
+    try:
+        return entry_hash(entry)
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------ verifying, fast path
+
+
+@dataclass(frozen=True)
+class Hashed:
+    """A run of entries with their hashes computed (in a worker process, say): per entry its
+    seq (0 when it could not be read), erased flag (0 or 1), own hash and stored hash, the
+    hashes 32 bytes each, concatenated."""
+
+    seqs: tuple[int, ...]
+    erased: bytes
+    own: bytes
+    stored: bytes
+
+
+def hash_entries(entries: Iterable[Mapping[str, Any]]) -> Hashed:
+    """What :func:`chain_runs` needs of ``entries``: the costly part of verifying, and the part
+    that runs in parallel (each entry's hash depends on that entry alone)."""
+    seqs: list[int] = []
+    erased = bytearray()
+    own: list[bytes] = []
+    stored: list[bytes] = []
+    for entry in entries:
+        try:
+            seq, hashed, mine = _read(entry)
+        except ValueError:
+            seq, hashed, mine = 0, bytes(32), None
+        else:
+            erased.append(mine is not None)
+            if mine is None:
+                mine = _entry_hash_or_none(entry)
+        if seq == 0:
+            erased.append(0)
+        seqs.append(seq)
+        own.append(mine or bytes(32))
+        stored.append(hashed)
+    return Hashed(tuple(seqs), bytes(erased), b"".join(own), b"".join(stored))
+
+
+def hash_lines(lines: list[bytes]) -> Hashed:
+    """:func:`hash_entries` of JSON Lines (the export's); a line that is not a JSON object is an
+    entry that cannot be read."""
+    entries = []
+    for line in lines:
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            entry = None
+        entries.append(entry if isinstance(entry, dict) else {})
+    return hash_entries(entries)
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Where :func:`chain_runs` found something amiss: verify again from entry ``index``
+    (counting from 0 in the order given) with :func:`verify_chain` and ``start``, which then
+    names what it is."""
+
+    index: int
+    start: Start
+
+
+def chain_runs(
+    runs: Iterable[Hashed], checkpoints: Iterable[Checkpoint] = (), *, window: int = 8
+) -> ChainReport | Stopped:
+    """The chain over hashed runs, in order: the report when everything holds, else where to
+    look closer (``window`` entries before the first that does not hold, so that
+    :func:`verify_chain` sees its neighbours)."""
+    wanted: dict[int, list[Checkpoint]] = {}
+    for checkpoint in checkpoints:
+        wanted.setdefault(checkpoint.size, []).append(checkpoint)
+    recent: deque[tuple[int, int, bytes, int, int]] = deque(maxlen=window + 1)
+    head, size, erased, matched, index = ZERO_HASH, 0, 0, 0, 0
+    sha256 = hashlib.sha256
+    for run in runs:
+        own, stored, flags = run.own, run.stored, run.erased
+        for position, seq in enumerate(run.seqs):
+            recent.append((index, size, head, erased, matched))
+            at = position * 32
+            head = sha256(head + own[at : at + 32]).digest()
+            if seq != size + 1 or head != stored[at : at + 32]:
+                return _stopped(recent[0])
+            size = seq
+            erased += flags[position]
+            for checkpoint in wanted.pop(seq, ()):
+                if checkpoint.head != head:
+                    return _stopped(recent[0])
+                matched += 1
+            index += 1
+    if wanted:
+        recent.append((index, size, head, erased, matched))
+        return _stopped(recent[0])
+    return ChainReport(size, erased, size, head, matched, None)
+
+
+def _stopped(state: tuple[int, int, bytes, int, int]) -> Stopped:
+    index, size, head, erased, matched = state
+    return Stopped(index, Start(size, head, erased, matched))
 
 
 def _read(entry: Mapping[str, Any]) -> tuple[int, bytes, bytes | None]:

@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import BindParameter, Table, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from core.domain.auditchain import ZERO_HASH, Leaf, chain_hash
 from core.hotpath.sql import compile_for
 from core.store.models import AuditHead
 
-_HEADS = AuditHead.__table__
+_HEADS: Table = AuditHead.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class AuditRow:
 
 class ChainStatements:
     def __init__(self, dialect: Any) -> None:
-        workspace = bindparam("workspace_id")
+        workspace: BindParameter[str] = bindparam("workspace_id")
         self.read = compile_for(
             select(_HEADS.c.seq, _HEADS.c.hash)
             .where(_HEADS.c.workspace_id == workspace)

@@ -109,7 +109,7 @@ ERASED: dict[str, Any] = {
 def erase(session: Session, agent_id: str) -> int:
     """Erase the content of the agent's entries, keeping each one's seq, entry hash and hash;
     call it before deleting the agent, in the same transaction. How many were erased."""
-    erased = session.execute(
+    erased: Any = session.execute(
         update(AuditEntry)
         .where(AuditEntry.agent_ref == agent_id, AuditEntry.erased.is_(False))
         .values(ERASED)

@@ -133,6 +133,12 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ),
     ("GET", "/v1/audit-logs"): Entry(ANY, id_field="agent_id"),
     ("GET", "/v1/audit-logs/export"): Entry(ANY, id_field="agent_id"),
+    ("GET", "/v1/audit-logs/checkpoint"): Entry(
+        ANY, note="no id: the caller's own chain's head, signed; B's stays as it was"
+    ),
+    ("GET", "/v1/audit-logs/public-key"): Entry(
+        ANY, note="no id: the server's verifier key, public and the same for every workspace"
+    ),
     ("GET", "/v1/sync-status"): Entry(
         ANY, note="no id: the caller's own workspace's status, nothing of B's"
     ),
@@ -213,6 +219,8 @@ WATCHED = (
     "/v1/webhooks?limit=200",
 )
 AUDIT = "/v1/audit-logs?limit=1000"
+CHAIN = "/v1/audit-logs/export?format=jsonl"
+CHECKPOINT = "/v1/audit-logs/checkpoint"
 
 
 # --- the two workspaces ---------------------------------------------------------------------
@@ -408,6 +416,10 @@ def full_reading(client: FlaskClient, headers: dict[str, str]) -> dict[str, Any]
         export.headers.get("X-Svc-Export-Truncated"),
         rows,
     )
+    chain = client.get("/v1/audit-logs/export?format=jsonl", headers=headers)
+    reading[CHAIN] = (chain.status_code, chain.get_data(as_text=True))
+    note = client.get("/v1/audit-logs/checkpoint", headers=headers)
+    reading[CHECKPOINT] = (note.status_code, note.get_data(as_text=True))
     return reading
 
 
@@ -480,11 +492,13 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(database_url: str) -> Iterator[World]:
+def world(database_url: str, audit_key_file: str) -> Iterator[World]:
     """Both workspaces, shared by every case (each case changes nothing, or only A's own audit
     log, which the reading after it accounts for); their full reading is compared at the end."""
     clock = FakeClock()
-    settings = Settings(database_url=database_url, rate_limit_per_minute=100_000)
+    settings = Settings(
+        database_url=database_url, rate_limit_per_minute=100_000, audit_key_file=audit_key_file
+    )
     app = create_app(settings, clock=clock)
     client = app.test_client()
     db = app.extensions["agentauth"].db
@@ -497,7 +511,8 @@ def world(database_url: str) -> Iterator[World]:
         yield World(client, document, a, b)
         assert full_reading(client, b.admin) == b_first, "B changed during the matrix"
         a_last = full_reading(client, a.admin)
-        audit = {AUDIT, "/v1/audit-logs/export"}  # A's authorize calls add to its own log
+        # A's authorize calls add to its own log
+        audit = {AUDIT, "/v1/audit-logs/export", CHAIN, CHECKPOINT}
         assert {k: v for k, v in a_last.items() if k not in audit} == {
             k: v for k, v in a_first.items() if k not in audit
         }, "A changed during the matrix"
