@@ -1,5 +1,5 @@
 """The storage promises: the audit log is append-only in the database itself, except for the
-cascade that comes with deleting the entry's agent; counters are exact."""
+erasure that comes with deleting the entry's agent; counters are exact."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from sqlalchemy import delete, func, select, text, update
 from core.config import Settings
 from core.domain import ids
 from core.domain.errors import StorageError
-from core.store import agents, limits
+from core.hotpath.recorder import Recorder
+from core.store import agents, audit, limits
 from core.store.database import Database
 from core.store.keys import ensure_workspace
 from core.store.models import AuditEntry, Policy
@@ -37,20 +38,25 @@ def world(db):
         policy = create_policy(
             s, wid, {"agent_id": agent.id, "name": "p", "rules": [{"type": "tool_allowlist"}]}, NOW
         )
-        ghost = ids.new_id()
-        for ref, agent_id in ((agent.id, agent.id), (agent.id, agent.id), (None, ghost)):
-            s.add(_entry(wid, agent_id, ref))
+    ghost = ids.new_id()
+    rows = [
+        _entry(wid, agent_id, exists)
+        for agent_id, exists in ((agent.id, True), (agent.id, True), (ghost, False))
+    ]
+    recorder = Recorder.for_database(db)  # written as decisions write them: chained
+    try:
+        recorder.run(lambda batch: [batch.append_audit(row) for row in rows])
+    finally:
+        recorder.close()
     return {"workspace": wid, "agent": agent.id, "policy": policy.id, "ghost": ghost}
 
 
-def _entry(wid: str, agent_id: str, ref: str | None) -> AuditEntry:
-    return AuditEntry(
-        id=ids.new_sortable_id(),
+def _entry(wid: str, agent_id: str, exists: bool) -> dict:
+    return audit.entry(
         workspace_id=wid,
         agent_id=agent_id,
-        agent_ref=ref,
+        agent_exists=exists,
         key_id=None,
-        action="authorize",
         tool_name="t",
         parameters={},
         result="denied",
@@ -89,6 +95,22 @@ TAMPERING = {
     "raw-detach-then-delete": lambda s, w: s.execute(
         text("UPDATE audit_log SET agent_ref = NULL WHERE agent_id = :a"), {"a": w["agent"]}
     ),
+    # erasing, but moving the entry in the chain too
+    "erase-and-move": lambda s, w: s.execute(
+        update(AuditEntry)
+        .where(AuditEntry.agent_id == w["agent"])
+        .values({**audit.ERASED, "seq": AuditEntry.seq + 10})
+    ),
+    # erasing an entry whose agent never existed (no agent is being deleted)
+    "erase-unknown-agent": lambda s, w: s.execute(
+        update(AuditEntry).where(AuditEntry.agent_id == w["ghost"]).values(audit.ERASED)
+    ),
+    # "erasing" while keeping the content
+    "erase-keep-reason": lambda s, w: s.execute(
+        update(AuditEntry)
+        .where(AuditEntry.agent_id == w["agent"])
+        .values({**audit.ERASED, "reason": "kept"})
+    ),
 }
 
 
@@ -108,13 +130,27 @@ def test_audit_table_cannot_be_truncated_on_postgresql(db, world):
     assert _count(db, workspace_id=world["workspace"]) == 3
 
 
-def test_deleting_the_agent_deletes_its_entries_and_policies_only(db, world):
+def test_deleting_the_agent_erases_its_entries_and_deletes_its_policies_only(db, world):
     with db.transaction(write=True) as s:
+        before = {
+            e.seq: (e.entry_hash, e.hash)
+            for e in s.scalars(
+                select(AuditEntry).where(AuditEntry.workspace_id == world["workspace"])
+            )
+        }
         agents.delete_agent(s, world["workspace"], world["agent"])
     assert _count(db, agent_id=world["agent"]) == 0
     assert _count(db, agent_id=world["ghost"]) == 1
+    assert _count(db, workspace_id=world["workspace"], erased=True) == 2
     with db.transaction() as s:
         assert s.get(Policy, world["policy"]) is None
+        after = {
+            e.seq: (e.entry_hash, e.hash)
+            for e in s.scalars(
+                select(AuditEntry).where(AuditEntry.workspace_id == world["workspace"])
+            )
+        }
+    assert after == before  # each keeps its place in the chain
 
 
 def test_counter_allows_exactly_the_maximum_then_resets_in_a_new_window(db):
