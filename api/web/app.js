@@ -484,11 +484,15 @@ function entryNotes(entry) {
   return notes;
 }
 
+// an entry's place in its workspace's chain: seq (1, 2, 3, ... in commit order; an erased
+// entry leaves a gap in the list), and in its details the hash that chains it to all before it
 function entriesTable(entries, names) {
   return scroller(h("table", { id: "entries" },
-    h("thead", {}, h("tr", {}, h("th", {}, "Time"), h("th", {}, "Agent"), h("th", {}, "Tool"),
-      h("th", {}, "Result"), h("th", {}, "Reason"), h("th", {}, "ms"), h("th", {}, "Parameters"))),
-    h("tbody", {}, entries.map((entry) => h("tr", {},
+    h("thead", {}, h("tr", {}, h("th", { class: "num", title: "sequence number (seq)" }, "#"),
+      h("th", {}, "Time"), h("th", {}, "Agent"), h("th", {}, "Tool"), h("th", {}, "Result"),
+      h("th", {}, "Reason"), h("th", {}, "ms"), h("th", {}, "Parameters"))),
+    h("tbody", {}, entries.map((entry) => h("tr", { "data-seq": entry.seq },
+      h("td", { class: "num seq" }, entry.seq === null || entry.seq === undefined ? "—" : String(entry.seq)),
       h("td", { class: "nowrap" }, when(entry.timestamp)),
       h("td", {}, h("a", { href: `#/agents/${entry.agentId}` }, names[entry.agentId] || entry.agentId)),
       h("td", { class: "mono" }, entry.toolName),
@@ -496,7 +500,9 @@ function entriesTable(entries, names) {
       h("td", {}, entry.reason),
       h("td", { class: "num" }, entry.latencyMs === null ? "" : Number(entry.latencyMs).toFixed(1)),
       h("td", {}, h("details", {}, h("summary", {}, counted(Object.keys(entry.parameters || {}).length, "parameter")),
-        h("pre", {}, JSON.stringify(entry.parameters, null, 2)))))))));
+        h("pre", {}, JSON.stringify(entry.parameters, null, 2)),
+        entry.hash ? h("div", { class: "small muted chain" }, `hash of #${entry.seq}`,
+          h("div", { class: "mono hash" }, entry.hash)) : null)))))));
 }
 
 const AUDIT_FILTERS = ["agent_id", "action", "tool_name", "result", "from", "to", "limit"];
@@ -540,7 +546,8 @@ async function auditPage(args) {
   show(token, h("section", { class: "panel" }, h("h1", {}, "Audit log"), form,
     h("p", { id: "export-notice", class: "notice", hidden: true }),
     page.data.length ? entriesTable(page.data, names) : h("p", { class: "muted" }, "No entries match."),
-    pager(page, (o) => { location.hash = `#/audit${query({ ...filters, offset: o })}`; })));
+    pager(page, (o) => { location.hash = `#/audit${query({ ...filters, offset: o })}`; })),
+  verifyPanel());
 }
 
 async function exportCsv(params) {
@@ -570,6 +577,225 @@ async function exportCsv(params) {
   } catch (error) {
     fail(error);
   }
+}
+
+// --------------------------------------------------------------------- verifying the log
+
+// The audit log is a hash chain (each entry's hash covers every entry before it), and the
+// service signs checkpoints of it: its size and the hash of its newest entry. The panel fetches
+// the current one and says what it signs; the person keeps it away from the database, and
+// `agentauth audit verify --checkpoint FILE` later checks the log against it.
+
+// a text answer of the API (the checkpoint and the public key are text/plain)
+async function textOf(path) {
+  const response = await call("GET", path);
+  if (!response.ok) throw await refusal(response);
+  return response.text();
+}
+
+// standard base64, padded, to bytes; an Error for anything else
+function fromBase64(text) {
+  if (text.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(text)) {
+    throw new Error(`“${text.slice(0, 24)}” is not base64`);
+  }
+  return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+}
+
+const hexOf = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+
+// A checkpoint is a C2SP signed note: the text "agentauth/<workspace id>\n<size>\n<base64 of the
+// head hash>\n", an empty line, then signature lines "— <key name> <base64 of the 4-byte key
+// ID and the 64-byte Ed25519 signature of the text>". An Error says what is wrong with it.
+function parseCheckpoint(note) {
+  const split = note.lastIndexOf("\n\n");
+  if (split < 0) throw new Error("no empty line between its text and its signatures");
+  const text = note.slice(0, split + 1);
+  const lines = text.slice(0, -1).split("\n");
+  if (lines.length !== 3) throw new Error(`its text has ${counted(lines.length, "line")}, not 3`);
+  const [origin, size, head] = lines;
+  if (!/^(0|[1-9][0-9]*)$/.test(size)) throw new Error(`its size “${size}” is not a number`);
+  const headBytes = fromBase64(head);
+  if (headBytes.length !== 32) throw new Error("its head is not a 32-byte hash");
+  const signatures = note.slice(split + 2).split("\n").filter(Boolean).map((line) => {
+    const match = /^\u2014 (\S+) (\S+)$/.exec(line);
+    if (!match) throw new Error(`“${line.slice(0, 40)}” is not a signature line`);
+    const raw = fromBase64(match[2]);
+    if (raw.length < 5) throw new Error("a signature line is too short");
+    return { name: match[1], keyId: hexOf(raw.slice(0, 4)), signature: raw.slice(4) };
+  });
+  if (!signatures.length) throw new Error("it has no signature");
+  return { note, text, origin, size: Number(size), head: hexOf(headBytes), signatures };
+}
+
+// the C2SP verifier key the public-key endpoint answers: "<name>+<8 hex key ID>+<base64 of 0x01
+// and the 32-byte Ed25519 key>"
+function parsePublicKey(answer) {
+  const text = answer.trim();
+  const match = /^([^+\s]+)\+([0-9a-f]{8})\+(\S+)$/.exec(text);
+  if (!match) throw new Error("the public key is not <name>+<key ID>+<key>");
+  const raw = fromBase64(match[3]);
+  if (raw.length !== 33 || raw[0] !== 1) throw new Error("the public key is not an Ed25519 key");
+  return { text, name: match[1], keyId: match[2], key: raw.slice(1) };
+}
+
+// Whether the checkpoint's signature by `key` verifies, checked in this browser with WebCrypto:
+// { valid: true }, { valid: false, why } or, where the browser cannot tell (no Ed25519, or
+// no WebCrypto on a page not served over HTTPS), { valid: null, why }.
+async function checkSignature(checkpoint, key) {
+  const by = `${key.name}+${key.keyId}`;
+  const signature = checkpoint.signatures.find((s) => s.name === key.name && s.keyId === key.keyId);
+  if (!signature) {
+    const others = checkpoint.signatures.map((s) => `${s.name}+${s.keyId}`).join(", ");
+    return { valid: false, why: `it has no signature by the service's key ${by} (only by ${others})` };
+  }
+  const subtle = window.crypto && window.crypto.subtle;
+  if (!subtle) {
+    return { valid: null, why: "this browser offers no cryptography to a page not served over HTTPS" };
+  }
+  const bytes = new TextEncoder();
+  try {
+    // the key's ID is the first 4 bytes of SHA-256(name, newline, 0x01, key)
+    const named = [...bytes.encode(`${key.name}\n`), 1, ...key.key];
+    const digest = new Uint8Array(await subtle.digest("SHA-256", new Uint8Array(named)));
+    if (hexOf(digest.slice(0, 4)) !== key.keyId) {
+      return { valid: false, why: `the public key's ID ${key.keyId} is not the one its name and bytes give` };
+    }
+    const imported = await subtle.importKey("raw", key.key, { name: "Ed25519" }, false, ["verify"]);
+    const valid = await subtle.verify({ name: "Ed25519" }, imported, signature.signature,
+      bytes.encode(checkpoint.text));
+    return valid ? { valid } : { valid, why: `the signature by ${by} is not one of this text` };
+  } catch (error) {
+    return { valid: null, why: `this browser cannot check Ed25519 signatures (${error.name || error})` };
+  }
+}
+
+function verifyPanel() {
+  const token = generation;
+  const result = h("div", { id: "checkpoint", hidden: true });
+  const button = h("button", { type: "button", id: "fetch-checkpoint", onclick: async () => {
+    clearMessage();
+    result.hidden = true;
+    result.replaceChildren();
+    button.disabled = true;
+    try {
+      const [note, keyText] = await Promise.all([textOf("/v1/audit-logs/checkpoint"),
+        textOf("/v1/audit-logs/public-key")]);
+      if (token !== generation) return;
+      let checkpoint;
+      let key;
+      try {
+        checkpoint = parseCheckpoint(note);
+        key = parsePublicKey(keyText);
+      } catch (error) {
+        result.replaceChildren(
+          h("p", { class: "notice bad", id: "checkpoint-signature" },
+            `The service answered something that is not a signed checkpoint: ${error.message}.`),
+          h("pre", { class: "note" }, note), h("pre", { class: "note" }, keyText));
+        result.hidden = false;
+        return;
+      }
+      const verdict = await checkSignature(checkpoint, key);
+      if (token !== generation) return;
+      result.replaceChildren(...checkpointFacts(checkpoint, key, verdict));
+      result.hidden = false;
+    } catch (error) {
+      if (token !== generation) return;
+      if (error instanceof ApiError && error.status === 401) {
+        fail(error);  // signs out, and says why
+        return;
+      }
+      // said here, beside the button, not only at the top of a long page
+      result.replaceChildren(h("p", { class: "notice bad", id: "checkpoint-error", role: "alert" },
+        `No checkpoint: ${describe(error)}`));
+      result.hidden = false;
+    } finally {
+      button.disabled = false;
+    }
+  } }, "Fetch checkpoint");
+  return h("section", { class: "panel", id: "verify" },
+    h("h2", {}, "Verify the log"),
+    h("p", {}, "Each entry has a number (#) and a hash that covers it and every entry before " +
+      "it. A checkpoint is the service's signed statement of the log's size and of that hash " +
+      "for its newest entry. Save checkpoints somewhere away from the database (another host, " +
+      "a ticket, a mail): later, ",
+    h("code", {}, "agentauth audit verify --checkpoint FILE"),
+    " checks the log against them, and catches any entry changed, removed, inserted or moved " +
+      "since."),
+    h("div", { class: "actions" }, button), result);
+}
+
+function checkpointFacts(checkpoint, key, verdict) {
+  const { size, head } = checkpoint;
+  const workspace = checkpoint.origin.startsWith("agentauth/")
+    ? checkpoint.origin.slice("agentauth/".length) : null;
+  const signer = checkpoint.signatures.find((s) => s.name === key.name && s.keyId === key.keyId)
+    || checkpoint.signatures[0];
+  const verdicts = {
+    true: ["ok", `Signature valid: checked in this browser with the service's public key ${key.keyId}. ` +
+      "It shows who signed this checkpoint, not that the log is intact: that takes a " +
+      "checkpoint kept elsewhere, checked later."],
+    false: ["bad", `Signature does NOT verify: ${verdict.why}. Do not rely on this checkpoint; ` +
+      "check the log with agentauth audit verify."],
+    null: ["warn", `Signature not checked here: ${verdict.why}. agentauth audit verify checks it.`],
+  };
+  const [kind, words] = verdicts[verdict.valid];
+  const name = `agentauth-checkpoint-${size}.txt`;
+  const noteBox = h("pre", { id: "checkpoint-note", class: "note" }, checkpoint.note);
+  const row = (label, id, ...value) => [h("dt", {}, label), h("dd", { id }, ...value)];
+  return [
+    h("p", { class: `notice ${kind}`, id: "checkpoint-signature" }, words),
+    h("dl", { class: "facts" },
+      row("Log", "checkpoint-log", workspace === null ? checkpoint.origin
+        : ["the audit log of workspace ", h("span", { class: "mono" }, workspace)]),
+      row("Size", "checkpoint-size", size === 0 ? "0 entries (an empty log)"
+        : size === 1 ? "1 entry: #1" : `${counted(size, "entry", "entries")}: #1 to #${size}`),
+      row("Head hash", "checkpoint-head", h("span", { class: "mono hash" }, head),
+        h("div", { class: "muted small" }, size === 0 ? "no entry yet: 32 zero bytes"
+          : `the hash of entry #${size}, which covers every entry before it`)),
+      row("Signed by", "checkpoint-key-id", h("span", { class: "mono" }, signer.keyId),
+        h("div", { class: "muted small" }, `key “${signer.name}”`)),
+      row("Public key", "checkpoint-public-key", h("span", { class: "mono small hash" }, key.text))),
+    h("h3", {}, "The checkpoint, as signed"),
+    noteBox,
+    h("div", { class: "actions" },
+      copyButton("copy-checkpoint", checkpoint.note, noteBox, "checkpoint", "secondary"),
+      h("button", { type: "button", class: "secondary", id: "download-checkpoint", onclick: () => {
+        const link = h("a", { href: URL.createObjectURL(new Blob([checkpoint.note],
+          { type: "text/plain" })), download: name });
+        document.body.append(link);
+        link.click();
+        link.remove();
+        setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+      } }, "Download")),
+    h("p", {}, "Keep it away from the database host (append each new one to the same file), " +
+      "and check the log against it later:"),
+    h("pre", { class: "note", id: "verify-command" },
+      `agentauth audit verify --db "$DATABASE_URL" --workspace NAME --checkpoint ${name}`),
+  ];
+}
+
+// A Copy button for `text`: it says Copied only when it did. Without the clipboard API (a page
+// not served over HTTPS) it selects `box`, the text on the page, and copies the selection;
+// when that fails too it asks the person to copy it themselves.
+function copyButton(id, text, box, what, kind) {
+  const button = h("button", { type: "button", id, class: kind, onclick: async () => {
+    let copied = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      copied = true;
+    } catch (_) {
+      if (box.select) box.select();
+      else window.getSelection().selectAllChildren(box);
+      try {
+        copied = document.execCommand("copy") === true;  // answers whether it did
+      } catch (_) {
+        copied = false;
+      }
+    }
+    button.textContent = copied ? "Copied" : "Copy failed";
+    if (!copied) say(`Copying failed: select the ${what} in the box and copy it yourself (Ctrl+C, or ⌘C on a Mac).`);
+  } }, "Copy");
+  return button;
 }
 
 // Listing keys is admin-only in this service: the page asks whatever the key, and shows a
@@ -643,22 +869,7 @@ async function keysPage(args, shown) {
 
 function showNewKey(box, key) {
   const value = h("input", { id: "new-key-value", class: "mono", readonly: true, value: key.key });
-  const copy = h("button", { type: "button", id: "copy-key", onclick: async () => {
-    let copied = false;
-    try {
-      await navigator.clipboard.writeText(key.key);
-      copied = true;
-    } catch (_) {
-      value.select();  // the fallback copies the selection; it answers whether it did
-      try {
-        copied = document.execCommand("copy") === true;
-      } catch (_) {
-        copied = false;
-      }
-    }
-    copy.textContent = copied ? "Copied" : "Copy failed";
-    if (!copied) say("Copying failed: select the key in the box and copy it yourself (Ctrl+C, or ⌘C on a Mac).");
-  } }, "Copy");
+  const copy = copyButton("copy-key", key.key, value, "key");
   box.replaceChildren(
     h("h2", {}, `Key “${key.name}” created`),
     h("p", { class: "warning" }, "Copy this key now: it is shown only this once and cannot be recovered. Store it like a password."),

@@ -142,17 +142,21 @@ class Leaf:
     after: bytes
 
     @classmethod
-    def of(cls, entry: Mapping[str, Any]) -> Leaf:
-        before, _, after = entry_json({**entry, "seq": 0}).rpartition(_SEQ_ZERO)
+    def of(cls, entry: Mapping[str, Any], parameters_json: bytes | None = None) -> Leaf:
+        """``parameters_json``: the entry's parameters in canonical JSON, when they were
+        written so already (off the write lock, for an entry made under it)."""
+        fields = {**entry, "seq": 0}
+        before, _, after = entry_json(fields, parameters_json).rpartition(_SEQ_ZERO)
         return cls(before + _SEQ_ZERO[:-2], _SEQ_ZERO[-1:] + after)
 
     def hash(self, seq: int) -> bytes:
         return hashlib.sha256(self.before + str(seq).encode() + self.after).digest()
 
 
-def entry_json(entry: Mapping[str, Any]) -> bytes:
+def entry_json(entry: Mapping[str, Any], parameters_json: bytes | None = None) -> bytes:
     """The entry's v1 fields in RFC 8785 canonical JSON; a field the entry does not carry (or
-    does not use yet) is null.
+    does not use yet) is null. ``parameters_json``: :func:`canonical_json` of its parameters,
+    when already made.
 
     ``latencyMs``, a float in every entry, is written apart, so that an entry whose parameters
     need no care takes orjson's path. Its other fields are strings, null and seq in every entry
@@ -163,14 +167,16 @@ def entry_json(entry: Mapping[str, Any]) -> bytes:
         fields = dict(zip(ENTRY_FIELDS_V1, _V1_VALUES(entry), strict=True))
     except KeyError:  # an entry without some field: null
         fields = {name: entry.get(name) for name in ENTRY_FIELDS_V1}
-    latency = fields["latencyMs"]
+    latency, parameters = fields["latencyMs"], fields["parameters"]
     if type(latency) is float:
         try:
-            if _plain(fields["parameters"]):
+            if parameters_json is not None or _plain(parameters):
                 fields["latencyMs"] = orjson.Fragment(_number(latency))
+                if parameters_json is not None:
+                    fields["parameters"] = orjson.Fragment(parameters_json)
                 return orjson.dumps(fields, option=_ORJSON)
         except (orjson.JSONEncodeError, RecursionError):
-            fields["latencyMs"] = latency
+            fields["latencyMs"], fields["parameters"] = latency, parameters
     return canonical_json(fields)
 
 
@@ -601,22 +607,37 @@ def _why_not(
     behind: list[Mapping[str, Any]],
     ahead: list[Mapping[str, Any]],
 ) -> Finding:
-    """An entry whose hash does not chain: moved here from another seq (its content with that
-    seq chains from one of its neighbours' heads to its own hash), an extra entry (the next one
-    chains at this seq from the previous head), or changed."""
-    near = [*behind, *ahead]
+    """An entry whose hash does not chain, and why, from its neighbours:
+
+    - its row (content and hash) was written as entry m, chaining from the head before m: it
+      was moved here from a later place (reordered), or, when m is earlier and the entries
+      from m on chained, those were put in before it (inserted at m);
+    - its content, written as entry m, chains to the hash stored at m: contents traded places
+      (reordered);
+    - the next entry chains at this seq from the previous head: this one is extra (inserted);
+    - otherwise it was changed.
+    """
+    stored = _hex(entry.get("hash"))
+    heads: dict[int, bytes] = {seq - 1: previous, seq: stored}
+    for item in [*behind, *ahead]:
+        at = item.get("seq")
+        if type(at) is int and at not in heads:
+            heads[at] = _hex(item.get("hash"))
     if not entry.get("erased"):
-        stored = _hex(entry.get("hash"))
-        heads = [previous, *(_hex(item.get("hash")) for item in near)]
-        for other in near:
-            moved = other.get("seq")
-            if type(moved) is int and moved != seq:
-                mine = entry_hash({**entry, "seq": moved})
-                if any(chain_hash(head, mine) == stored for head in heads):
+        for moved in sorted(at for at in heads if at != seq):
+            mine = _entry_hash_or_none({**entry, "seq": moved})
+            if mine is None:
+                break
+            for before in set(heads.values()):
+                written = chain_hash(before, mine)
+                if written == stored and moved < seq and before == heads.get(moved - 1):
+                    detail = f"entries {moved} to {seq - 1} stand where entry {moved} was written"
+                    return Finding(moved, "inserted", detail)
+                if written in (stored, heads[moved]):
                     return Finding(seq, "reordered", f"entry {seq} was written as entry {moved}")
     if ahead and not ahead[0].get("erased"):
-        shifted = entry_hash({**ahead[0], "seq": seq})
-        if chain_hash(previous, shifted) == _hex(ahead[0].get("hash")):
+        shifted = _entry_hash_or_none({**ahead[0], "seq": seq})
+        if shifted is not None and chain_hash(previous, shifted) == _hex(ahead[0].get("hash")):
             return Finding(seq, "inserted", f"entry {seq} is not part of the chain written")
     return Finding(seq, "changed", f"entry {seq} does not match its hash")
 

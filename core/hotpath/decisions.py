@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select
 
 from core.domain.approvals import call_digest
+from core.domain.auditchain import canonical_json
 from core.domain.clock import isoformat
 from core.domain.compiler import compile_policy
 from core.domain.engine import (
@@ -186,7 +187,9 @@ def authorize(
     else:  # decided here, off the write lock; a grant pending on rate limits is settled inside
         decided = evaluate(cache.policies(db, agent), tool_name, parameters, now)
 
-    def entry(decision: Decision) -> tuple[Outcome, dict[str, Any]]:
+    def entry(
+        decision: Decision, redacted: dict[str, Any] | None = None
+    ) -> tuple[Outcome, dict[str, Any]]:
         latency_ms = round((time.perf_counter() - received) * 1000, 3)
         row = audit.entry(
             workspace_id=caller.workspace_id,
@@ -202,6 +205,7 @@ def authorize(
             latency_ms=latency_ms,
             timestamp=now,
             approval_id=decision.approval_id,
+            redacted=redacted,
         )
         return Outcome(decision, row["id"], latency_ms), row
 
@@ -218,8 +222,10 @@ def authorize(
     else:
         pending = decided
         digest = call_digest(tool_name, parameters) if isinstance(pending, NeedsApproval) else None
-        # made here, off the write lock, like everything a batch job need not do inside it
-        redacted = redact(parameters) if digest is not None else None
+        # made here, off the write lock, like everything a batch job need not do inside it:
+        # the parameters as audited, and their part of the entry's canonical JSON
+        redacted = redact(parameters)
+        parameters_json = canonical_json(redacted)
 
         def record(batch: Batch) -> Outcome:
             if on_transaction is not None:
@@ -237,8 +243,8 @@ def authorize(
                     key_id=caller.key_id,
                 )
             decision = settle(pending, BatchCounters(batch), approvals)
-            outcome, row = entry(decision)
-            batch.append_audit(row)
+            outcome, row = entry(decision, redacted)
+            batch.append_audit(row, parameters_json)
             return outcome
 
     return recorder.run(record)

@@ -81,14 +81,15 @@ class Statements:
         }
         self.processors = tuple(processors.get(column) for column in _AUDIT_COLUMNS)
 
-    def audit_row(self, row: dict[str, Any]) -> AuditRow:
+    def audit_row(self, row: dict[str, Any], parameters_json: bytes | None = None) -> AuditRow:
         """An audit row as the driver takes it (JSON text, naive UTC timestamp, ...), with its
-        canonical JSON for the chain: made before the batch when it can be."""
+        canonical JSON for the chain: made before the batch when it can be (and when it cannot,
+        at least its parameters' part, ``parameters_json``)."""
         values = tuple(
             row[column] if process is None else process(row[column])
             for column, process in zip(_AUDIT_COLUMNS, self.processors, strict=True)
         )
-        return AuditRow(values, row["workspace_id"], audit.leaf(row))
+        return AuditRow(values, row["workspace_id"], audit.leaf(row, parameters_json))
 
 
 class Batch:
@@ -132,8 +133,8 @@ class Batch:
         self._cursor.execute(compiled.sql, compiled.bind(values))
         return list(self._cursor.fetchall())
 
-    def append_audit(self, row: dict[str, Any]) -> None:
-        self.insert_audit(self._sql.audit_row(row))
+    def append_audit(self, row: dict[str, Any], parameters_json: bytes | None = None) -> None:
+        self.insert_audit(self._sql.audit_row(row, parameters_json))
 
     def insert_audit(self, row: AuditRow) -> None:
         """An audit row already made by :meth:`Statements.audit_row`."""

@@ -61,9 +61,11 @@ def entry(
     timestamp: datetime,
     approval_id: str | None = None,
     action: str = "authorize",
+    redacted: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One entry's row, with a new id: parameters redacted, API keys scrubbed from every text.
-    Decisions write it through a group-commit batch (``core.hotpath.recorder``)."""
+    """One entry's row, with a new id: parameters redacted (``redacted``: ``redact(parameters)``
+    when made already), API keys scrubbed from every text. Decisions write it through a
+    group-commit batch (``core.hotpath.recorder``)."""
     return {
         "id": ids.new_sortable_id(),
         "workspace_id": workspace_id,
@@ -72,7 +74,7 @@ def entry(
         "key_id": key_id,
         "action": action,
         "tool_name": scrub(tool_name),
-        "parameters": redact(parameters),
+        "parameters": redact(parameters) if redacted is None else redacted,
         "result": result,
         "policy_id": policy_id,
         "rule_index": rule_index,
@@ -83,9 +85,10 @@ def entry(
     }
 
 
-def leaf(row: dict[str, Any]) -> Leaf:
-    """The chain leaf of a row made by :func:`entry`: its v1 fields as the API renders them."""
-    return Leaf.of(render_row(row.__getitem__))
+def leaf(row: dict[str, Any], parameters_json: bytes | None = None) -> Leaf:
+    """The chain leaf of a row made by :func:`entry`: its v1 fields as the API renders them
+    (``parameters_json``: the row's parameters in canonical JSON, if made already)."""
+    return Leaf.of(render_row(row.__getitem__), parameters_json)
 
 
 #: what erasing an entry writes over its content (the database's guard checks these values)

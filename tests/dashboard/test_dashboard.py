@@ -7,6 +7,7 @@ screenshots`` sets it to docs/screenshots), else to the test's temporary folder.
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -326,9 +327,7 @@ def test_policies_applied_from_git_are_marked_and_the_sync_page_shows_revisions(
     screenshot(page, "sync", tmp_path)
 
 
-def test_filter_the_audit_log_page_through_it_and_export_the_same_file_as_the_api(
-    page, world, tmp_path
-):
+def test_filter_the_audit_log_page_through_it_and_export_the_same_file_as_the_api(page, world):
     agent = world.agent("auditor-subject", ALLOW_CALENDAR)
     other = world.agent("bystander", ALLOW_CALENDAR)
     for n in range(30):
@@ -350,7 +349,6 @@ def test_filter_the_audit_log_page_through_it_and_export_the_same_file_as_the_ap
         assert missing == [], text
     rows.first.locator("summary").click()
     expect(rows.first.locator("pre")).to_contain_text('"token": "[REDACTED]"')
-    screenshot(page, "audit", tmp_path)
 
     with page.expect_download() as download:
         page.get_by_role("button", name="Export CSV").click()
@@ -468,7 +466,7 @@ def test_a_read_only_key_reads_everything_the_audit_log_included_and_changes_not
     assert saved == exported.content
     expect(page.locator("#export-notice")).to_contain_text("Downloaded svc-audit-log-")
     assert page.locator("main button").all_inner_texts() == [
-        "Apply filters", "Clear", "Export CSV", "← Newer", "Older →",
+        "Apply filters", "Clear", "Export CSV", "← Newer", "Older →", "Fetch checkpoint",
     ]  # fmt: skip
     assert_no_mutation_controls(page)
 
@@ -935,6 +933,225 @@ def test_messages_line_up_with_the_panels_and_long_names_wrap(browser, base, wor
     assert drawn["x"] + drawn["width"] <= inside["x"] + inside["width"]
     assert tab.evaluate("document.documentElement.scrollWidth") == width
     context.close()
+
+
+# ------------------------------------------------------------------------ the audit chain
+
+
+def audit_entries(world: World) -> list[dict[str, Any]]:
+    """The workspace's audit entries as the API lists them, newest first."""
+    entries: list[dict[str, Any]] = world.http.get("/v1/audit-logs").json()["data"]
+    return entries
+
+
+def test_the_audit_page_numbers_each_entry_and_its_details_show_its_hash(page, world):
+    agent = world.agent("chained", ALLOW_CALENDAR)
+    for tool in ("calendar.create", "mail.send", "calendar.read"):
+        world.decide(agent, tool, token="hunter2")
+    entries = audit_entries(world)
+    assert [e["seq"] for e in entries] == [3, 2, 1]
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="Audit log").click()
+    expect(page.locator("#entries thead th").first).to_have_text("#")
+    rows = page.locator("#entries tbody tr")
+    expect(rows.locator("td.seq")).to_have_text(["3", "2", "1"])
+    expect(rows.nth(1)).to_contain_text("mail.send")
+    rows.nth(1).locator("summary").click()
+    details = rows.nth(1).locator(".chain")
+    expect(details).to_contain_text("hash of #2")
+    expect(details.locator(".hash")).to_have_text(entries[1]["hash"])
+    assert re.fullmatch(r"[0-9a-f]{64}", entries[1]["hash"])
+    expect(rows.nth(0).locator(".chain")).to_be_hidden()  # in the details, closed until opened
+
+    # an agent's latest decisions are numbered the same way
+    page.goto(f"/dashboard/#/agents/{agent}")
+    expect(page.locator("#entries tbody td.seq")).to_have_text(["3", "2", "1"])
+
+
+def test_the_verify_panel_shows_what_the_current_checkpoint_signs(page, world, tmp_path):
+    agent = world.agent("chained", ALLOW_CALENDAR)
+    for n, tool in enumerate(["calendar.create", "mail.send", "calendar.read", "calendar.create"]):
+        world.decide(agent, tool, n=n, token="hunter2")
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="Audit log").click()
+    rows = page.locator("#entries tbody tr")
+    expect(rows).to_have_count(4)
+    panel = page.locator("#verify")
+    expect(panel).to_contain_text("agentauth audit verify --checkpoint FILE")
+    expect(panel).to_contain_text("away from the database")
+    expect(page.locator("#checkpoint")).to_be_hidden()  # nothing fetched before it is asked for
+    page.get_by_role("button", name="Fetch checkpoint").click()
+
+    entries = audit_entries(world)
+    newest = entries[0]
+    note = world.http.get("/v1/audit-logs/checkpoint").text
+    public_key = world.http.get("/v1/audit-logs/public-key").text.strip()
+    workspace = note.split("\n")[0].removeprefix("agentauth/")
+    assert newest["seq"] == len(entries) == 4
+    expect(page.locator("#checkpoint-signature")).to_have_text(re.compile(r"^Signature valid: "))
+    expect(page.locator("#checkpoint-signature")).to_have_class(re.compile(r"\bok\b"))
+    expect(page.locator("#checkpoint-size")).to_have_text("4 entries: #1 to #4")
+    expect(page.locator("#checkpoint-head .hash")).to_have_text(newest["hash"])
+    expect(page.locator("#checkpoint-head")).to_contain_text("the hash of entry #4")
+    expect(page.locator("#checkpoint-log")).to_have_text(f"the audit log of workspace {workspace}")
+    expect(page.locator("#checkpoint-key-id .mono")).to_have_text(public_key.split("+")[1])
+    expect(page.locator("#checkpoint-public-key")).to_have_text(public_key)
+    # the note exactly as the service signed it (signing is deterministic: the same text, the
+    # same signature), and the command that checks the log against it later
+    assert page.locator("#checkpoint-note").text_content() == note
+    assert note.split("\n")[3:5] == ["", f"\u2014 agentauth {note.split()[-1]}"]
+    expect(page.locator("#verify-command")).to_have_text(
+        'agentauth audit verify --db "$DATABASE_URL" --workspace NAME '
+        "--checkpoint agentauth-checkpoint-4.txt"
+    )
+    rows.first.locator("summary").click()
+    expect(rows.first.locator(".chain .hash")).to_have_text(newest["hash"])
+    screenshot(page, "audit", tmp_path)
+
+    page.locator("#copy-checkpoint").click()
+    expect(page.locator("#copy-checkpoint")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == note
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download").click()
+    assert download.value.suggested_filename == "agentauth-checkpoint-4.txt"
+    assert Path(download.value.path()).read_text(encoding="utf-8") == note
+
+    # a new entry, fetched again: the panel follows the log
+    world.decide(agent, "mail.send")
+    page.get_by_role("button", name="Fetch checkpoint").click()
+    expect(page.locator("#checkpoint-size")).to_have_text("5 entries: #1 to #5")
+    expect(page.locator("#checkpoint-head .hash")).to_have_text(audit_entries(world)[0]["hash"])
+    expect(page.locator("#checkpoint-signature")).to_have_text(re.compile(r"^Signature valid: "))
+
+    # on a phone the note and the hashes stay in their panel: the page does not scroll sideways
+    page.set_viewport_size(PHONE)
+    expect(page.locator("#checkpoint-note")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+
+
+def test_the_verify_panel_of_an_empty_log(page, world):
+    sign_in(page, world.tenant.key("read-only"))
+    page.get_by_role("link", name="Audit log").click()
+    page.get_by_role("button", name="Fetch checkpoint").click()
+    expect(page.locator("#checkpoint-size")).to_have_text("0 entries (an empty log)")
+    expect(page.locator("#checkpoint-head .hash")).to_have_text("0" * 64)
+    expect(page.locator("#checkpoint-signature")).to_have_text(re.compile(r"^Signature valid: "))
+
+
+def test_a_checkpoint_whose_signature_does_not_verify_is_said_so(page, world):
+    agent = world.agent("chained", ALLOW_CALENDAR)
+    world.decide(agent, "calendar.create")
+    world.decide(agent, "calendar.read")
+    real = world.http.get("/v1/audit-logs/checkpoint").text
+    origin, _size, _head, *signatures = real.split("\n")
+    # the log cut back to its first entry, under the signature of the whole log
+    first = audit_entries(world)[-1]["hash"]
+    head = base64.b64encode(bytes.fromhex(first)).decode()
+    forged = "\n".join([origin, "1", head, *signatures])
+    page.route(
+        requests_to("/v1/audit-logs/checkpoint"),
+        lambda route: route.fulfill(status=200, content_type="text/plain", body=forged),
+    )
+    sign_in(page, world.tenant.key("read-only"))
+    page.get_by_role("link", name="Audit log").click()
+    page.get_by_role("button", name="Fetch checkpoint").click()
+    verdict = page.locator("#checkpoint-signature")
+    expect(verdict).to_contain_text("Signature does NOT verify")
+    expect(verdict).to_have_class(re.compile(r"\bbad\b"))
+    expect(page.locator("#checkpoint-size")).to_have_text("1 entry: #1")  # what it says
+    expect(page.locator("#checkpoint-head .hash")).to_have_text(first)
+
+
+NO_ED25519 = """
+const importKey = SubtleCrypto.prototype.importKey;
+SubtleCrypto.prototype.importKey = function (format, data, algorithm, ...rest) {
+  if (algorithm && algorithm.name === "Ed25519") {
+    return Promise.reject(new DOMException("Algorithm: Unrecognized name", "NotSupportedError"));
+  }
+  return importKey.call(this, format, data, algorithm, ...rest);
+};
+"""
+
+
+def test_a_browser_without_ed25519_shows_the_checkpoint_unchecked(page, world):
+    agent = world.agent("chained", ALLOW_CALENDAR)
+    world.decide(agent, "calendar.create")
+    page.add_init_script(NO_ED25519)
+    sign_in(page, world.tenant.key("read-only"))
+    page.get_by_role("link", name="Audit log").click()
+    page.get_by_role("button", name="Fetch checkpoint").click()
+    verdict = page.locator("#checkpoint-signature")
+    expect(verdict).to_have_text(
+        "Signature not checked here: this browser cannot check Ed25519 signatures "
+        "(NotSupportedError). agentauth audit verify checks it."
+    )
+    expect(verdict).to_have_class(re.compile(r"\bwarn\b"))
+    expect(page.locator("#checkpoint-size")).to_have_text("1 entry: #1")
+    expect(page.locator("#checkpoint-head .hash")).to_have_text(audit_entries(world)[0]["hash"])
+
+
+CHECKPOINT_FAILURES = {
+    "checkpoint 500": (
+        "/v1/audit-logs/checkpoint",
+        answer_with(500, "INTERNAL_ERROR", "unexpected server error"),
+        "No checkpoint: The service answered 500 INTERNAL_ERROR: unexpected server error",
+        "status of 500",
+    ),
+    "public key unreachable": (
+        "/v1/audit-logs/public-key",
+        lambda route: route.abort(),
+        "No checkpoint: Could not reach the service: Failed to fetch",
+        "net::ERR_FAILED",
+    ),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(CHECKPOINT_FAILURES))
+def test_a_checkpoint_that_cannot_be_fetched_is_said_so_beside_the_button(
+    page, world, expected_console_errors, failure
+):
+    path, handler, shown, console = CHECKPOINT_FAILURES[failure]
+    expected_console_errors.append(console)
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="Audit log").click()
+    page.route(requests_to(path), handler, times=1)
+    button = page.get_by_role("button", name="Fetch checkpoint")
+    button.click()
+    expect(page.locator("#checkpoint-error")).to_have_text(shown)
+    expect(page.locator("#checkpoint-size")).to_have_count(0)
+    expect(button).to_be_enabled()
+    button.click()  # answered this time
+    expect(page.locator("#checkpoint-error")).to_have_count(0)
+    expect(page.locator("#checkpoint-size")).to_have_text("0 entries (an empty log)")
+
+
+def test_an_answer_that_is_not_a_checkpoint_is_said_so(page, world):
+    page.route(
+        requests_to("/v1/audit-logs/checkpoint"),
+        lambda route: route.fulfill(status=200, content_type="text/plain", body="hello\n"),
+    )
+    sign_in(page, world.admin)
+    page.get_by_role("link", name="Audit log").click()
+    page.get_by_role("button", name="Fetch checkpoint").click()
+    expect(page.locator("#checkpoint-signature")).to_have_text(
+        "The service answered something that is not a signed checkpoint: "
+        "no empty line between its text and its signatures."
+    )
+    expect(page.locator("#checkpoint-size")).to_have_count(0)
+
+
+def test_a_key_revoked_meanwhile_is_signed_out_when_it_fetches_a_checkpoint(page, world):
+    reader = world.key("reader", "read-only")
+    sign_in(page, reader)
+    page.get_by_role("link", name="Audit log").click()
+    key_id = next(
+        k["id"] for k in world.http.get("/v1/api-keys").json()["data"] if k["name"] == "reader"
+    )
+    assert world.http.delete(f"/v1/api-keys/{key_id}").status_code == 204
+    page.get_by_role("button", name="Fetch checkpoint").click()
+    expect(page.locator("#sign-in")).to_be_visible()
+    expect(page.locator("#message")).to_contain_text("Signed out: ")
+    assert page.evaluate("sessionStorage.length") == 0
 
 
 # -------------------------------------------------------------------------------- approvals
