@@ -25,10 +25,11 @@ from core.domain.auditchain import (
     ChainReport,
     Checkpoint,
     Finding,
+    Run,
     Stopped,
     VerifierKey,
     chain_runs,
-    hash_lines,
+    check_lines,
     origin_of,
     signed_checkpoints,
     split_notes,
@@ -169,16 +170,17 @@ def _verify_database(
 
 
 def _verify_export(path: Path, checkpoints: list[Checkpoint]) -> ChainReport:
-    """The export's lines hashed in runs (by worker processes when it is long), chained here;
-    where something does not hold, read again from a few lines before it to name what."""
+    """The export checked a range of bytes at a time (by worker processes when it is long, each
+    reading its own range), the ranges stitched here; where something does not hold, read
+    again from a few thousand lines before it to name what."""
     origins = {c.origin for c in checkpoints}
     if len(origins) > 1:
         _stop("the checkpoints are of several logs: " + ", ".join(sorted(origins)))
+    marks = frozenset(c.size for c in checkpoints)
     try:
         size = path.stat().st_size
-        with path.open("rb") as file:
-            runs = chain.parallel(hash_lines, _runs_of_lines(file), size // _LINE_BYTES)
-            found = chain_runs(runs, checkpoints)
+        ranges = _byte_ranges(path, size, marks)
+        found = chain_runs(chain.parallel(_check_bytes, ranges, size // _LINE_BYTES), checkpoints)
         if isinstance(found, Stopped):
             with path.open("rb") as file:
                 rest = itertools.islice(_lines(file), found.index, None)
@@ -192,20 +194,32 @@ def _verify_export(path: Path, checkpoints: list[Checkpoint]) -> ChainReport:
 
 #: about how long an exported line is, to tell a long log from a short one by its file's size
 _LINE_BYTES = 400
-_RUN_LINES = 5000
+_RANGE_BYTES = 4 << 20
 
 
-def _runs_of_lines(file: Any) -> Iterator[list[bytes]]:
-    """The file's non-blank lines, a run at a time."""
-    run: list[bytes] = []
-    for line in file:
-        if line.strip():
-            run.append(line)
-            if len(run) == _RUN_LINES:
-                yield run
-                run = []
-    if run:
-        yield run
+def _byte_ranges(
+    path: Path, size: int, marks: frozenset[int]
+) -> Iterator[tuple[str, int, int, frozenset[int]]]:
+    """The file in ranges of about _RANGE_BYTES, each ending at the end of a line."""
+    with path.open("rb") as file:
+        start = 0
+        while start < size:
+            end = start + _RANGE_BYTES
+            if end < size:
+                file.seek(end)
+                file.readline()
+                end = file.tell()
+            yield str(path), start, min(end, size), marks
+            start = end
+
+
+def _check_bytes(item: tuple[str, int, int, frozenset[int]]) -> Run:
+    """In a worker: one range of the export's lines, read from the file, checked."""
+    name, start, end, marks = item
+    with open(name, "rb") as file:
+        file.seek(start)
+        data = file.read(end - start)
+    return check_lines([line for line in data.split(b"\n") if line.strip()], marks)
 
 
 class _Malformed(Exception):

@@ -288,15 +288,13 @@ def document() -> dict[str, Any]:
     text = {"text/plain": {"schema": {"type": "string"}}}
     paths["/v1/audit-logs/checkpoint"] = {
         "get": _operation(
-            "the audit chain's current size and head as a C2SP signed note (extension; any"
-            " scope)",
+            "the audit chain's current size and head as a C2SP signed note (extension; any scope)",
             {"200": {"description": "the signed checkpoint", "content": text}},
         )
     }
     paths["/v1/audit-logs/public-key"] = {
         "get": _operation(
-            "the C2SP verifier key of the checkpoints' Ed25519 signatures (extension; any"
-            " scope)",
+            "the C2SP verifier key of the checkpoints' Ed25519 signatures (extension; any scope)",
             {"200": {"description": "agentauth+<key id hex>+<base64 key>", "content": text}},
         )
     }

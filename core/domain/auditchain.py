@@ -477,55 +477,81 @@ def _entry_hash_or_none(entry: Mapping[str, Any]) -> bytes | None:
 
 
 # ------------------------------------------------------------------ verifying, fast path
+#
+# hash(n) = SHA-256(hash(n-1) || entryHash(n)) holds for every n exactly when each entry's
+# stored hash is its own link over the stored hash before it. So a run of entries can be
+# checked on its own (in a worker process, say), and the runs only need stitching where they
+# meet: the parallel, and cheap to send back, form of verify_chain.
 
 
 @dataclass(frozen=True)
-class Hashed:
-    """A run of entries with their hashes computed (in a worker process, say): per entry its
-    seq (0 when it could not be read), erased flag (0 or 1), own hash and stored hash, the
-    hashes 32 bytes each, concatenated."""
+class Run:
+    """A run of consecutive entries checked on its own: how many, its first and last seq, the
+    first entry's own hash and stored hash (to link it to the run before), the last stored
+    hash, how many were erased, the stored hash at each seq asked for (checkpoints), and the
+    position in the run of the first entry that does not link to the one before it (None when
+    all do)."""
 
-    seqs: tuple[int, ...]
-    erased: bytes
-    own: bytes
-    stored: bytes
+    count: int
+    first_seq: int
+    last_seq: int
+    first_own: bytes
+    first_stored: bytes
+    last_stored: bytes
+    erased: int
+    marks: dict[int, bytes]
+    broken: int | None
 
 
-def hash_entries(entries: Iterable[Mapping[str, Any]]) -> Hashed:
-    """What :func:`chain_runs` needs of ``entries``: the costly part of verifying, and the part
-    that runs in parallel (each entry's hash depends on that entry alone)."""
-    seqs: list[int] = []
-    erased = bytearray()
-    own: list[bytes] = []
-    stored: list[bytes] = []
+_NO_RUN = Run(0, 0, 0, b"", b"", b"", 0, {}, None)
+
+
+def check_run(entries: Iterable[Mapping[str, Any]], marks: frozenset[int] = frozenset()) -> Run:
+    """Check each entry of a run against the one before it in the run: the costly part of
+    verifying (an entry's hash), and the part that runs in parallel."""
+    sha256 = hashlib.sha256
+    count = erased = first_seq = seq = 0
+    first_own = first_stored = stored = b""
+    found: dict[int, bytes] = {}
     for entry in entries:
         try:
-            seq, hashed, mine = _read(entry)
+            at, hashed, mine = _read(entry)
         except ValueError:
-            seq, hashed, mine = 0, bytes(32), None
+            return _broken(count, first_seq, seq, first_own, first_stored, stored, erased, found)
+        if mine is None:
+            mine = _entry_hash_or_none(entry) or b""
         else:
-            erased.append(mine is not None)
-            if mine is None:
-                mine = _entry_hash_or_none(entry)
-        if seq == 0:
-            erased.append(0)
-        seqs.append(seq)
-        own.append(mine or bytes(32))
-        stored.append(hashed)
-    return Hashed(tuple(seqs), bytes(erased), b"".join(own), b"".join(stored))
+            erased += 1
+        if count == 0:
+            first_seq, first_own, first_stored = at, mine, hashed
+        elif at != seq + 1 or sha256(stored + mine).digest() != hashed:
+            return _broken(count, first_seq, seq, first_own, first_stored, stored, erased, found)
+        if at in marks:
+            found[at] = hashed
+        seq, stored = at, hashed
+        count += 1
+    if count == 0:
+        return _NO_RUN
+    return Run(count, first_seq, seq, first_own, first_stored, stored, erased, found, None)
 
 
-def hash_lines(lines: list[bytes]) -> Hashed:
-    """:func:`hash_entries` of JSON Lines (the export's); a line that is not a JSON object is an
+def _broken(count: int, first: int, last: int, own: bytes, first_stored: bytes,
+            stored: bytes, erased: int, found: dict[int, bytes]) -> Run:  # fmt: skip
+    return Run(count + 1, first, last, own, first_stored, stored, erased, found, count)
+
+
+def check_lines(lines: list[bytes], marks: frozenset[int] = frozenset()) -> Run:
+    """:func:`check_run` of JSON Lines (the export's); a line that is not a JSON object is an
     entry that cannot be read."""
-    entries = []
-    for line in lines:
-        try:
-            entry = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            entry = None
-        entries.append(entry if isinstance(entry, dict) else {})
-    return hash_entries(entries)
+    return check_run((_parsed(line) for line in lines), marks)
+
+
+def _parsed(line: bytes) -> Mapping[str, Any]:
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {}
+    return entry if isinstance(entry, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -539,41 +565,35 @@ class Stopped:
 
 
 def chain_runs(
-    runs: Iterable[Hashed], checkpoints: Iterable[Checkpoint] = (), *, window: int = 8
+    runs: Iterable[Run], checkpoints: Iterable[Checkpoint] = ()
 ) -> ChainReport | Stopped:
-    """The chain over hashed runs, in order: the report when everything holds, else where to
-    look closer (``window`` entries before the first that does not hold, so that
-    :func:`verify_chain` sees its neighbours)."""
+    """Stitch checked runs, in order, and hold them against ``checkpoints`` (whose sizes the
+    runs were asked to mark): the report when everything holds, else where to look closer
+    (the start of the run before the one that does not hold, so that :func:`verify_chain` sees
+    the entries around it)."""
     wanted: dict[int, list[Checkpoint]] = {}
     for checkpoint in checkpoints:
         wanted.setdefault(checkpoint.size, []).append(checkpoint)
-    recent: deque[tuple[int, int, bytes, int, int]] = deque(maxlen=window + 1)
-    head, size, erased, matched, index = ZERO_HASH, 0, 0, 0, 0
-    sha256 = hashlib.sha256
+    state = earlier = (0, Start())
+    size, head, erased, matched, index = 0, ZERO_HASH, 0, 0, 0
     for run in runs:
-        own, stored, flags = run.own, run.stored, run.erased
-        for position, seq in enumerate(run.seqs):
-            recent.append((index, size, head, erased, matched))
-            at = position * 32
-            head = sha256(head + own[at : at + 32]).digest()
-            if seq != size + 1 or head != stored[at : at + 32]:
-                return _stopped(recent[0])
-            size = seq
-            erased += flags[position]
-            for checkpoint in wanted.pop(seq, ()):
-                if checkpoint.head != head:
-                    return _stopped(recent[0])
+        if run.count == 0:
+            continue
+        linked = hashlib.sha256(head + run.first_own).digest() == run.first_stored
+        if run.first_seq != size + 1 or not linked or run.broken is not None:
+            return Stopped(earlier[0], earlier[1])
+        for at, stored in run.marks.items():
+            for checkpoint in wanted.pop(at, ()):
+                if checkpoint.head != stored:
+                    return Stopped(earlier[0], earlier[1])
                 matched += 1
-            index += 1
+        size, head = run.last_seq, run.last_stored
+        erased += run.erased
+        index += run.count
+        earlier, state = state, (index, Start(size, head, erased, matched))
     if wanted:
-        recent.append((index, size, head, erased, matched))
-        return _stopped(recent[0])
+        return Stopped(earlier[0], earlier[1])
     return ChainReport(size, erased, size, head, matched, None)
-
-
-def _stopped(state: tuple[int, int, bytes, int, int]) -> Stopped:
-    index, size, head, erased, matched = state
-    return Stopped(index, Start(size, head, erased, matched))
 
 
 def _read(entry: Mapping[str, Any]) -> tuple[int, bytes, bytes | None]:

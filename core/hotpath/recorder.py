@@ -147,8 +147,7 @@ class Batch:
     def flush(self) -> None:
         """The kept audit rows, in the order their jobs ran, and the chains' heads."""
         if self._rows:
-            extend = self._chain.extend
-            self._cursor.executemany(self._sql.insert, [extend(row) for row in self._rows])
+            self._cursor.executemany(self._sql.insert, self._chain.extend_all(self._rows))
             self._rows.clear()
         self._chain.write()
 

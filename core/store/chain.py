@@ -6,17 +6,20 @@ arithmetic is ``core.domain.auditchain``. Called by ``api/audit_logs.py`` and ``
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import func, select
+from sqlalchemy import Text, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from core.config import Settings
@@ -25,34 +28,37 @@ from core.domain.auditchain import (
     ChainReport,
     Checkpoint,
     Finding,
-    Hashed,
+    Run,
     Stopped,
     chain_runs,
-    hash_entries,
+    check_run,
     origin_of,
     sign_note,
     verify_chain,
 )
-from core.store.audit import render_row
+from core.domain.clock import isoformat
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
 
 T = TypeVar("T")
 _READ_BATCH = 2000
+#: 20 digits in a row: maybe an integer beyond 64 bits (see _json)
+_LONG_NUMBER = re.compile(r"[0-9]{20}")
 _COLUMNS = (
     AuditEntry.id,
-    AuditEntry.seq,
     AuditEntry.agent_id,
     AuditEntry.action,
     AuditEntry.tool_name,
-    AuditEntry.parameters,
+    # as the driver answers them (JSON text, SQLite's timestamp text): read fast below
+    type_coerce(AuditEntry.parameters, Text),
     AuditEntry.result,
     AuditEntry.policy_id,
     AuditEntry.rule_index,
-    AuditEntry.approval_id,
     AuditEntry.reason,
     AuditEntry.latency_ms,
-    AuditEntry.timestamp,
+    type_coerce(AuditEntry.timestamp, Text),
+    AuditEntry.approval_id,
+    AuditEntry.seq,
     AuditEntry.entry_hash,
     AuditEntry.hash,
     AuditEntry.erased,
@@ -84,26 +90,72 @@ def entries(
     if seq_to is not None:
         query = query.where(AuditEntry.seq <= seq_to)
     query = query.order_by(AuditEntry.seq).execution_options(yield_per=_READ_BATCH)
-    for row in session.execute(query):
-        if row.erased:
-            yield {"seq": row.seq, "entryHash": row.entry_hash, "hash": row.hash, "erased": True}
-        else:
-            line = render_row(row._mapping.__getitem__)
-            line["seq"] = row.seq
-            line["hash"] = row.hash
-            yield line
+    for (
+        id_, agent_id, action, tool_name, parameters, result, policy_id, rule_index, reason,
+        latency_ms, timestamp, approval_id, seq, entry_hash, hash_, erased,
+    ) in session.execute(query).tuples():  # fmt: skip
+        if erased:
+            yield {"seq": seq, "entryHash": entry_hash, "hash": hash_, "erased": True}
+            continue
+        # audit.render_row's rendering (a test holds the two together), without a call a field
+        yield {
+            "id": id_,
+            "agentId": agent_id,
+            "action": action,
+            "toolName": tool_name,
+            "parameters": _json(parameters) if type(parameters) is str else parameters,
+            "result": result,
+            "policyId": policy_id,
+            "ruleIndex": rule_index,
+            "reason": reason,
+            "latencyMs": latency_ms,
+            "timestamp": _instant(timestamp),
+            "approvalId": approval_id,
+            "sessionId": None,
+            "seq": seq,
+            "hash": hash_,
+        }
+
+
+def _json(text: str) -> Any:
+    """SQLite's JSON text as the API reads it. orjson reads an integer beyond 64 bits as a
+    float, where the API (the standard library) keeps it whole: such text is read as the API
+    reads it, so that the export says what the API says (and what PostgreSQL's JSONB gives)."""
+    if _LONG_NUMBER.search(text) is None:
+        return orjson.loads(text)
+    return json.loads(text)
+
+
+def _instant(value: Any) -> str:
+    """A stored timestamp as the API renders it: SQLite's text (``2026-11-25 10:00:00.123456``,
+    always with microseconds) rearranged, PostgreSQL's datetime formatted."""
+    if type(value) is str and len(value) == 26 and value[10] == " ":
+        return f"{value[:10]}T{value[11:]}Z"
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return isoformat(moment.replace(tzinfo=UTC))
 
 
 def jsonl(lines: Iterable[dict[str, Any]], chunk: int = 500) -> Iterator[bytes]:
     """JSON Lines, ``chunk`` lines at a time."""
     buffer: list[bytes] = []
     for line in lines:
-        buffer.append(orjson.dumps(line))
+        buffer.append(_json_line(line))
         if len(buffer) >= chunk:
             yield b"\n".join(buffer) + b"\n"
             buffer.clear()
     if buffer:
         yield b"\n".join(buffer) + b"\n"
+
+
+def _json_line(line: dict[str, Any]) -> bytes:
+    """One line of the export. orjson writes no integer beyond 64 bits, which a caller's
+    parameters may hold (the API took and stored it): such a line is written by the standard
+    library, exactly, as the API's other answers write it, rather than failing the export
+    midway (a client would keep a log cut short that verifies as far as it goes)."""
+    try:
+        return orjson.dumps(line)
+    except orjson.JSONEncodeError:
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def verify(
@@ -123,19 +175,24 @@ def verify(
     the runs, and where something does not hold, reads on from a few entries before it to name
     what."""
     checkpoints = list(checkpoints)
-    last = session.scalar(
-        select(func.max(AuditEntry.seq)).where(AuditEntry.workspace_id == workspace_id)
+    last = (
+        session.scalar(
+            select(func.max(AuditEntry.seq)).where(AuditEntry.workspace_id == workspace_id)
+        )
+        or 0
     )
+    # up to ``last`` and no further: the workers read on connections of their own, outside
+    # this snapshot, and must not run into entries committed since (the head read here would
+    # then call them inserted)
+    marks = frozenset(c.size for c in checkpoints)
     ranges = [
-        (url or "", workspace_id, low, low + _RANGE - 1)
-        for low in range(1, (last or 0) + 1, _RANGE)
+        (url or "", workspace_id, low, min(low + _RANGE - 1, last), marks)
+        for low in range(1, last + 1, _RANGE)
     ]
     if url is not None:
-        runs: Iterable[Hashed] = parallel(_hash_range, ranges, last or 0)
+        runs: Iterable[Run] = parallel(_check_range, ranges, last)
     else:
-        runs = (
-            hash_entries(entries(session, workspace_id, low, high)) for _, _, low, high in ranges
-        )
+        runs = (check_run(entries(session, workspace_id, r[2], r[3]), marks) for r in ranges)
     found = chain_runs(runs, checkpoints)
     if isinstance(found, Stopped):
         rest = entries(session, workspace_id, seq_from=found.start.size + 1)
@@ -175,16 +232,21 @@ PARALLEL_FROM = 50_000
 _RANGE = 5000
 
 
-def parallel(function: Callable[[T], Hashed], items: Iterable[T], size: int) -> Iterator[Hashed]:
+def parallel(function: Callable[[T], Run], items: Iterable[T], size: int) -> Iterator[Run]:
     """``map(function, items)`` in order; in worker processes when ``size`` (how many entries
     the items hold) makes it worth starting them, a bounded number of items in flight."""
     workers = os.cpu_count() or 1
     if size < PARALLEL_FROM or workers < 2:
         yield from map(function, items)
         return
-    context = multiprocessing.get_context("spawn")  # nothing of this process's connections
+    # forked, where the platform can: a worker then starts with everything imported (spawned,
+    # each would import it all again, a second and more here). This process has no thread
+    # yet (the pool launches its workers before its own), and a worker never touches this
+    # process's connections: it opens its own, and leaves with os._exit like every pool worker
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        pending: deque[Future[Hashed]] = deque()
+        pending: deque[Future[Run]] = deque()
         for item in items:
             pending.append(pool.submit(function, item))
             if len(pending) >= 2 * workers:
@@ -193,14 +255,16 @@ def parallel(function: Callable[[T], Hashed], items: Iterable[T], size: int) -> 
             yield pending.popleft().result()
 
 
-_DATABASES: dict[str, Database] = {}
+#: a worker's databases, by process and URL: a worker forked from a process that has read
+#: ranges itself (a short log verified earlier) must not use that process's connections
+_DATABASES: dict[tuple[int, str], Database] = {}
 
 
-def _hash_range(item: tuple[str, str, int, int]) -> Hashed:
-    """In a worker: the entries of one seq range, read on a connection of its own, hashed."""
-    url, workspace_id, low, high = item
-    database = _DATABASES.get(url)
+def _check_range(item: tuple[str, str, int, int, frozenset[int]]) -> Run:
+    """In a worker: the entries of one seq range, read on a connection of its own, checked."""
+    url, workspace_id, low, high, marks = item
+    database = _DATABASES.get((os.getpid(), url))
     if database is None:
-        database = _DATABASES[url] = Database(Settings(database_url=url))
+        database = _DATABASES[os.getpid(), url] = Database(Settings(database_url=url))
     with database.transaction() as session:
-        return hash_entries(entries(session, workspace_id, low, high))
+        return check_run(entries(session, workspace_id, low, high), marks)
