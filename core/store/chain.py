@@ -93,7 +93,7 @@ def entries(
     for (
         id_, agent_id, action, tool_name, parameters, result, policy_id, rule_index, reason,
         latency_ms, timestamp, approval_id, seq, entry_hash, hash_, erased,
-    ) in session.execute(query).tuples():  # fmt: skip
+    ) in session.execute(query):  # fmt: skip
         if erased:
             yield {"seq": seq, "entryHash": entry_hash, "hash": hash_, "erased": True}
             continue
