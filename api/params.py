@@ -110,12 +110,19 @@ def read_paging(query: dict[str, str], max_limit: int, default: int = 100) -> tu
     return limit, offset
 
 
+#: the largest whole number a query parameter takes (ten digits)
+WHOLE_NUMBER_MAX = 9_999_999_999
+
+
 def whole_number(query: dict[str, str], name: str, minimum: int = 0) -> int | None:
     """An optional whole-number query parameter of at least ``minimum``; None when absent."""
-    if name not in query:
+    raw = query.get(name)
+    if raw is None:
         return None
+    if raw.isascii() and raw.isdigit() and len(raw) > 10:
+        raise ValidationError.field(name, f"must be at most {WHOLE_NUMBER_MAX}")
     value = _whole(query, name, 0)
-    if value < minimum or value > 2**63 - 1:
+    if value < minimum:
         raise ValidationError.field(name, f"must be a whole number from {minimum}")
     return value
 

@@ -124,10 +124,18 @@ def settings(database_url: str, audit_key_file: str) -> Settings:
     )
 
 
-@pytest.fixture(scope="session")
-def audit_key_file(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Where the run's audit signing key is made, on first use."""
-    return str(tmp_path_factory.mktemp("keys") / "audit.key")
+@pytest.fixture(scope="session", autouse=True)
+def audit_key_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Where the run's audit signing key is made, on first use; servers and commands the tests
+    start find it through the environment, so no test writes the tester's own key file."""
+    path = str(tmp_path_factory.mktemp("keys") / "audit.key")
+    before = os.environ.get("AGENTAUTH_AUDIT_KEY_FILE")
+    os.environ["AGENTAUTH_AUDIT_KEY_FILE"] = path
+    yield path
+    if before is None:
+        os.environ.pop("AGENTAUTH_AUDIT_KEY_FILE", None)
+    else:
+        os.environ["AGENTAUTH_AUDIT_KEY_FILE"] = before
 
 
 @pytest.fixture

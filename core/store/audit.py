@@ -43,6 +43,42 @@ class Filters:
     result: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    #: the entries' places in the chain, inclusive
+    seq_from: int | None = None
+    seq_to: int | None = None
+
+    @property
+    def by_content(self) -> bool:
+        """Whether a filter looks at what entries say (which erased entries no longer do)."""
+        return any(
+            value is not None
+            for value in (
+                self.agent_id, self.action, self.tool_name, self.result, self.since, self.until
+            )
+        )  # fmt: skip
+
+
+def clauses(filters: Filters) -> list[Any]:
+    """The WHERE conditions of ``filters`` (beside the workspace's)."""
+    found: list[Any] = [
+        column == value
+        for column, value in (
+            (AuditEntry.agent_id, filters.agent_id),
+            (AuditEntry.action, filters.action),
+            (AuditEntry.tool_name, filters.tool_name),
+            (AuditEntry.result, filters.result),
+        )
+        if value is not None
+    ]
+    if filters.since is not None:
+        found.append(AuditEntry.timestamp >= filters.since)
+    if filters.until is not None:
+        found.append(AuditEntry.timestamp <= filters.until)
+    if filters.seq_from is not None:
+        found.append(AuditEntry.seq >= filters.seq_from)
+    if filters.seq_to is not None:
+        found.append(AuditEntry.seq <= filters.seq_to)
+    return found
 
 
 def entry(
@@ -123,20 +159,8 @@ def erase(session: Session, agent_id: str) -> int:
 
 def _select(workspace_id: str, filters: Filters) -> Select[AuditEntry]:
     query = select(AuditEntry).where(
-        AuditEntry.workspace_id == workspace_id, AuditEntry.erased.is_(False)
+        AuditEntry.workspace_id == workspace_id, AuditEntry.erased.is_(False), *clauses(filters)
     )
-    for column, value in (
-        (AuditEntry.agent_id, filters.agent_id),
-        (AuditEntry.action, filters.action),
-        (AuditEntry.tool_name, filters.tool_name),
-        (AuditEntry.result, filters.result),
-    ):
-        if value is not None:
-            query = query.where(column == value)
-    if filters.since is not None:
-        query = query.where(AuditEntry.timestamp >= filters.since)
-    if filters.until is not None:
-        query = query.where(AuditEntry.timestamp <= filters.until)
     return query.order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
 
 

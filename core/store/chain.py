@@ -37,6 +37,7 @@ from core.domain.auditchain import (
     verify_chain,
 )
 from core.domain.clock import isoformat
+from core.store import audit
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
 
@@ -80,15 +81,20 @@ def checkpoint(session: Session, workspace_id: str, key: Ed25519PrivateKey) -> s
 
 
 def entries(
-    session: Session, workspace_id: str, seq_from: int | None = None, seq_to: int | None = None
+    session: Session,
+    workspace_id: str,
+    seq_from: int | None = None,
+    seq_to: int | None = None,
+    filters: audit.Filters | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every entry of the range in ``seq`` order, as the export writes it: the API's rendering
-    with ``seq`` and ``hash``, or ``{seq, entryHash, hash, erased: true}``."""
+    with ``seq`` and ``hash``, or ``{seq, entryHash, hash, erased: true}``. ``filters`` that
+    look at content narrow it to the entries that match (erased ones never do)."""
+    filters = replace(filters or audit.Filters(), seq_from=seq_from, seq_to=seq_to)
     query = select(*_COLUMNS).where(AuditEntry.workspace_id == workspace_id)
-    if seq_from is not None:
-        query = query.where(AuditEntry.seq >= seq_from)
-    if seq_to is not None:
-        query = query.where(AuditEntry.seq <= seq_to)
+    query = query.where(*audit.clauses(filters))
+    if filters.by_content:
+        query = query.where(AuditEntry.erased.is_(False))
     query = query.order_by(AuditEntry.seq).execution_options(yield_per=_READ_BATCH)
     for (
         id_, agent_id, action, tool_name, parameters, result, policy_id, rule_index, reason,
