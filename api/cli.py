@@ -22,6 +22,7 @@ import click
 from core.config import DATABASE_URL_HELP, Settings
 from core.domain.clock import parse_instant, utc_now
 from core.domain.errors import AgentAuthError
+from core.store import signing
 from core.store.keys import Scope, ensure_workspace, issue_key
 from core.store.migrate import open_database
 
@@ -63,6 +64,7 @@ def serve(
     try:
         settings = Settings.from_env(database_url=db)
         open_database(settings, write=True).dispose()
+        signing.load_or_create(settings)  # the audit signing key: made on first start
     except AgentAuthError as exc:
         _fail(exc)
     if repo is not None:

@@ -45,9 +45,6 @@ def serve(settings: Settings, host: str, port: int, workers: int, threads: int) 
     in flight (for up to 20 s) and exit 0; SIGINT (Ctrl-C) and SIGQUIT stop at once, as in
     gunicorn. Metrics are kept per worker in a folder of this server's own and added up at
     each scrape."""
-    from core.store import signing
-
-    signing.load_or_create(settings)  # the audit signing key: made on first start, before forks
     with tempfile.TemporaryDirectory(prefix="agentauth-metrics-") as folder:
         os.environ[MULTIPROCESS_ENV] = folder  # before the workers import prometheus_client
         from api.outbox import DeliveryProcess  # (it imports prometheus_client too)
