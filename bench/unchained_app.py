@@ -4,10 +4,11 @@ same run (bench.http_compare).
 
 Everything else is the service itself, started by its own command line. Two functions are
 replaced before gunicorn forks its workers (so the workers inherit them): making an entry's
-canonical JSON (``core.store.audit.leaf``) and extending and writing the chain
-(``core.hotpath.chain.Chain``). Entries are then written with seq, entry_hash and hash NULL,
-which SQLite's schema allows (PostgreSQL's does not: this runs on SQLite only). Never a way
-to run the service: a log written so cannot be verified.
+canonical JSON (``core.store.audit.leaf``) and reading, extending and writing the chain's heads
+(``core.hotpath.chain.Chain``). (The canonical JSON of a pending decision's parameters, made in
+``core.hotpath.decisions``, stays: the bench's policy has none.) Entries are then written
+with seq, entry_hash and hash NULL, which SQLite's schema allows (PostgreSQL's does not: this
+runs on SQLite only). Never a way to run the service: a log written so cannot be verified.
 
 ``python -m bench.unchained_app serve --db sqlite:///... [agentauth serve's options]``
 """
@@ -24,8 +25,9 @@ def _unchained() -> None:
     def extend(self: Any, row: Any) -> tuple[Any, ...]:
         return (*row.values, None, None, None)
 
-    audit.leaf = lambda row: None  # type: ignore[assignment,return-value]
+    audit.leaf = lambda *args: None  # type: ignore[assignment,return-value]
     chain.Chain.extend = extend  # type: ignore[method-assign]
+    chain.Chain.extend_all = lambda self, rows: [extend(self, row) for row in rows]  # type: ignore[method-assign]
     chain.Chain.write = lambda self: None  # type: ignore[method-assign]
 
 
