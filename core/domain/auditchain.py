@@ -68,41 +68,32 @@ def canonical_json(value: Any) -> bytes:
 
 def _plain(value: Any) -> bool:
     """Whether orjson writes ``value`` exactly as RFC 8785 does. (Strings, null, booleans and
-    small integers are tested in the loops rather than by a call each: this runs for every
+    small integers are tested in the loop rather than by a call each: this runs for every
     entry written and every entry verified.)"""
     kind = type(value)
     if kind is dict:
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str or not key.isascii():
                 return False
-            kind = type(item)
-            if kind is str or item is None or kind is bool:
-                continue
-            if kind is int:
-                if not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
-                    return False
-            elif not _plain(item):
+        items: Any = value.values()
+    elif kind is list:
+        items = value
+    else:
+        items = (value,)
+    for item in items:
+        kind = type(item)
+        if kind is str or item is None or kind is bool:
+            continue
+        if kind is int:
+            if not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
                 return False
-        return True
-    if kind is list:
-        for item in value:
-            kind = type(item)
-            if kind is str or item is None or kind is bool:
-                continue
-            if kind is int:
-                if not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
-                    return False
-            elif not _plain(item):
+        elif kind is float:  # repr and ECMAScript agree on finite, non-integral, plain floats
+            text = repr(item)
+            if item - item != 0.0 or "e" in text or text.endswith(".0"):
                 return False
-        return True
-    if kind is str or value is None or kind is bool:
-        return True
-    if kind is int:
-        return bool(-_SAFE_INTEGER <= value <= _SAFE_INTEGER)
-    if kind is float:  # repr and ECMAScript agree on finite, non-integral, unexponented floats
-        text = repr(value)
-        return value - value == 0.0 and "e" not in text and not text.endswith(".0")
-    return False
+        elif (kind is not dict and kind is not list) or not _plain(item):
+            return False
+    return True
 
 
 def _rfc8785(value: Any) -> bytes:
