@@ -1144,11 +1144,14 @@ def test_a_key_revoked_meanwhile_is_signed_out_when_it_fetches_a_checkpoint(page
     reader = world.key("reader", "read-only")
     sign_in(page, reader)
     page.get_by_role("link", name="Audit log").click()
+    fetch = page.get_by_role("button", name="Fetch checkpoint")
+    # the page has loaded with the key still valid: only the checkpoint's fetch meets the 401
+    expect(fetch).to_be_visible()
     key_id = next(
         k["id"] for k in world.http.get("/v1/api-keys").json()["data"] if k["name"] == "reader"
     )
     assert world.http.delete(f"/v1/api-keys/{key_id}").status_code == 204
-    page.get_by_role("button", name="Fetch checkpoint").click()
+    fetch.click()
     expect(page.locator("#sign-in")).to_be_visible()
     expect(page.locator("#message")).to_contain_text("Signed out: ")
     assert page.evaluate("sessionStorage.length") == 0
