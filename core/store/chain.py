@@ -96,10 +96,13 @@ def entries(
     if filters.by_content:
         query = query.where(AuditEntry.erased.is_(False))
     query = query.order_by(AuditEntry.seq).execution_options(yield_per=_READ_BATCH)
+    # on the session's connection, not through the session: the ORM's result machinery costs
+    # as much a row as the rest of reading it (3.5 against 1.8 µs on SQLite), and these are
+    # plain columns
     for (
         id_, agent_id, action, tool_name, parameters, result, policy_id, rule_index, reason,
         latency_ms, timestamp, approval_id, seq, entry_hash, hash_, erased,
-    ) in session.execute(query):  # fmt: skip
+    ) in session.connection().execute(query):  # fmt: skip
         if erased:
             yield {"seq": seq, "entryHash": entry_hash, "hash": hash_, "erased": True}
             continue
