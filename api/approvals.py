@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint
 
 from api.auth import requires, takes_query
 from api.context import now, principal, services
@@ -70,7 +70,7 @@ def deny(approval_id: str) -> dict[str, Any]:
 def _decide(approval_id: str, *, approve: bool) -> dict[str, Any]:
     wanted = path_id(approval_id)
     # the body is optional: none at all is no comment
-    body = read_body("approval.json#/$defs/decide") if request.get_data(cache=True) else {}
+    body = read_body("approval.json#/$defs/decide", optional=True)
     caller, moment, recorder = principal(), now(), services().recorder
 
     def job(batch: Batch) -> dict[str, Any]:

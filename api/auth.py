@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
-from api.context import close_reader, now, reader, services
+from api.context import close_reader, now, principal, reader, services
 from core.domain.errors import InsufficientScope, RateLimited, StorageError, ValidationError
 from core.store import keys
 from core.store.database import Database
@@ -125,6 +125,7 @@ def authenticate_request() -> None:
     svc = services()
     moment = now()
     caller = keys.authenticate(reader(), request.headers.get("Authorization"), moment)
+    reader().close()  # no connection is held while the client sends its body (taken again on use)
     g.principal = caller
     g.key_slot = slot_for(caller, moment, svc.settings.rate_limit_per_minute)
     if not getattr(view, "_agentauth_deferred_slot", False):
@@ -136,8 +137,11 @@ def authenticate_request() -> None:
 
 
 def key_slot() -> KeySlot:
-    """This request's slot, for a view marked :func:`counts_in_its_transaction` to take."""
+    """This request's slot, for a view marked :func:`counts_in_its_transaction` to take: in the
+    window of the request's instant, which its body's arrival may have moved on."""
     slot: KeySlot = g.key_slot
+    if not slot.taken:
+        slot = g.key_slot = slot_for(principal(), now(), slot.limit)
     return slot
 
 

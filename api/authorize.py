@@ -98,16 +98,22 @@ class FastPath:
         self, environ: dict[str, Any], received: float
     ) -> tuple[int, list[tuple[str, str]], bytes] | None:
         svc = self.services
-        moment = svc.clock()  # before the body arrives, as Flask's auth hook reads it
-        raw = self._body(environ)
-        if raw is None:
-            return self._hand_on(environ, received, None)
         reads = Reads(svc.db.engine)
         caller: Principal | None = None
         slot: KeySlot | None = None
+        raw: bytes | None = None
         try:
             try:
-                caller = keys.authenticate(reads, environ.get("HTTP_AUTHORIZATION"), moment)
+                # the key first, as Flask's auth hook checks it: a call without a valid key is
+                # refused before its body is read
+                caller = keys.authenticate(reads, environ.get("HTTP_AUTHORIZATION"), svc.clock())
+                reads.close()  # no connection is held while the client sends its body
+                raw = self._body(environ)
+                if raw is None:
+                    return self._hand_on(environ, received, None)
+                # decided at the moment the body was complete (api.context.body_arrived)
+                moment = svc.clock()
+                caller.still_valid(moment)
                 body = parse_body(raw, REQUEST_SCHEMA)
             except StorageError as exc:  # answered here: Flask would wait for the database again
                 status, answer, extra = render_error(exc)

@@ -61,8 +61,24 @@ def close_reader(_error: BaseException | None = None) -> None:
 
 
 def now() -> datetime:
-    """One reading of the clock per request, so every timestamp of a request agrees."""
+    """The request's instant: one reading of the clock, so every timestamp of a request agrees.
+    Read when the request is authenticated, and again once its body has arrived
+    (:func:`body_arrived`): what the request does happens then."""
     if "now" not in g:
         g.now = services().clock()
     moment: datetime = g.now
+    return moment
+
+
+def body_arrived() -> datetime:
+    """The request's instant from now on: the moment its body was complete. A client may hold
+    its body back for as long as the server lets it; what the request decides (a rate limit's
+    window, a time window, an approval's expiry, its audit entry's timestamp) must be decided
+    at this moment, not at the one its headers arrived. The caller's key must still be valid
+    at it."""
+    moment: datetime = services().clock()
+    g.now = moment
+    caller: Principal | None = g.get("principal")
+    if caller is not None:
+        caller.still_valid(moment)
     return moment

@@ -10,6 +10,7 @@ from typing import Any
 
 from flask import request
 
+from api.context import body_arrived
 from core.domain.errors import ValidationError
 from core.domain.validation import require_uuid, require_valid
 
@@ -18,11 +19,20 @@ _DIGITS = re.compile(r"[0-9]{1,10}")
 MAX_OFFSET = 2_147_483_647
 
 
-def read_body(ref: str) -> dict[str, Any]:
-    """The request body as a dict valid against schema ``ref``, or ValidationError."""
-    if request.mimetype != "application/json" and not request.mimetype.endswith("+json"):
+def read_body(ref: str, *, optional: bool = False) -> dict[str, Any]:
+    """The request body as a dict valid against schema ``ref``, or ValidationError; with
+    ``optional``, no body at all is ``{}``. From here on the request's instant is the moment
+    its body was complete (:func:`api.context.body_arrived`)."""
+    json_type = request.mimetype == "application/json" or request.mimetype.endswith("+json")
+    if not json_type and not optional:  # refused before the body is read
         raise ValidationError.field("body", "Content-Type must be application/json")
-    return parse_body(request.get_data(cache=True), ref)
+    raw = request.get_data(cache=True)
+    body_arrived()
+    if optional and not raw:
+        return {}
+    if not json_type:
+        raise ValidationError.field("body", "Content-Type must be application/json")
+    return parse_body(raw, ref)
 
 
 def parse_body(raw: bytes, ref: str) -> dict[str, Any]:

@@ -59,7 +59,9 @@ class MemoryCounters:
     """An in-memory :class:`Consume` for tests and the offline ``agentauth test`` runner.
 
     One process only; a lock makes each call all-or-none across threads. Keeps one window per
-    counter, so memory stays bounded by the number of rate_limit rules.
+    counter, so memory stays bounded by the number of rate_limit rules. Like the database's
+    counters, a counter never moves back: a call in an earlier window than the stored one is
+    refused.
     """
 
     def __init__(self) -> None:
@@ -70,6 +72,9 @@ class MemoryCounters:
         with self._lock:
             starts = [limit.window_start(now) for limit in limits]
             for limit, start in zip(limits, starts, strict=True):
+                stored = self._windows.get(limit.counter_key)
+                if stored is not None and stored[0] > start:
+                    return limit
                 if self._count(limit.counter_key, start) >= limit.max_calls:
                     return limit
             for limit, start in zip(limits, starts, strict=True):

@@ -1,8 +1,11 @@
 """Fixed-window counters, exact across processes and hosts sharing the database.
 
 One atomic conditional upsert per counter: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE count <
-max RETURNING count``. A new window resets the count; an exhausted window returns no row. There
-is no read-then-write, so concurrent callers can never both take the last slot.
+max RETURNING count``. A later window resets the count; an exhausted window returns no row, and
+so does an earlier window than the stored one: a counter never moves back (a call decided late,
+or on a host whose clock lags, must not reset a window others have moved on to; it is refused
+as if the window were full). There is no read-then-write, so concurrent callers can never both
+take the last slot.
 
 Called on every request (the per-key limit) and every authorize with a rate_limit rule, so the
 statement is built once per dialect and only its parameters change.
@@ -13,7 +16,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Protocol
 
-from sqlalchemy import Connection, Insert, bindparam, case, delete, literal_column, or_
+from sqlalchemy import Connection, Insert, and_, bindparam, case, delete, literal_column, or_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnClause
@@ -37,13 +40,15 @@ def upsert_statement(dialect_name: str) -> Insert:
         name=bindparam("name", type_=table.c.name.type), window_start=window, count=ONE
     )
     same_window = table.c.window_start == statement.excluded.window_start
+    later_window = table.c.window_start < statement.excluded.window_start
+    maximum = bindparam("maximum", type_=table.c.count.type)
     upsert: Insert = statement.on_conflict_do_update(
         index_elements=[table.c.name],
         set_={
             "count": case((same_window, table.c.count + ONE), else_=ONE),
             "window_start": statement.excluded.window_start,
         },
-        where=or_(~same_window, table.c.count < bindparam("maximum", type_=table.c.count.type)),
+        where=or_(later_window, and_(same_window, table.c.count < maximum)),
     ).returning(table.c.count)
     return upsert
 

@@ -1,0 +1,176 @@
+"""A request held back by its client is decided when its body has arrived, and a counter never
+moves back to an older window (#22, finding 1).
+
+The attack: rule ``maxCalls: 2, windowSeconds: 5``; send a call's headers and most of its body
+just before a window ends, make three calls in the next window (allowed, allowed, denied), then
+send the rest of the held body. Decided at the instant its headers came, the held call was
+counted in the old window, which reset the new window's counter: five calls allowed in one
+window of two. Here the held body is a stream that waits for the test, so the same sequence
+runs in process, on both paths of ``POST /v1/authorize`` and on both databases.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from api import create_app
+from api.authorize import FastPath
+from core.config import Settings
+from core.domain.limits import MemoryCounters, RateLimitRef
+from core.store.database import Database
+from core.store.limits import consume
+from tests.api.helpers import make_agent
+from tests.conftest import FakeClock
+
+RULES = [
+    {"type": "tool_allowlist", "tools": ["search"]},
+    {"type": "rate_limit", "tools": ["search"], "rateLimit": {"maxCalls": 2, "windowSeconds": 5}},
+]
+
+
+class HeldBody(io.BytesIO):
+    """A request body that arrives only when the test lets it: ``reading`` is set once the
+    server has begun to read it; ``release()`` lets the bytes through."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.reading = threading.Event()
+        self._go = threading.Event()
+
+    def _wait(self) -> None:
+        self.reading.set()
+        if not self._go.wait(timeout=30):
+            raise OSError("the test never released the body")
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._wait()
+        return super().read(size)
+
+    def read1(self, size: int = -1) -> bytes:
+        self._wait()
+        return super().read1(size)
+
+    def readinto(self, buffer: Any) -> int:
+        self._wait()
+        return super().readinto(buffer)
+
+    def release(self) -> None:
+        self._go.set()
+
+
+@pytest.fixture(params=["fast path", "flask"])
+def served(request: pytest.FixtureRequest, settings: Settings, clock: FakeClock) -> Iterator[Flask]:
+    """The service as it runs, and with its fast path taken out (Flask serves every call)."""
+    app = create_app(settings, clock=clock)
+    if request.param == "flask":
+        assert isinstance(app.wsgi_app, FastPath)
+        app.wsgi_app = app.wsgi_app.inner  # type: ignore[method-assign]
+    yield app
+    app.extensions["agentauth"].close()
+
+
+def _before_a_boundary(clock: FakeClock, window: int, seconds_before: float) -> None:
+    epoch = int(clock.moment.timestamp())
+    boundary = (epoch // window + 1) * window
+    clock.moment = datetime.fromtimestamp(boundary - seconds_before, UTC)
+
+
+def test_a_held_call_is_decided_when_its_body_arrives(served, workspace, clock):
+    client = served.test_client()
+    headers = workspace.headers("admin")
+    agent = make_agent(client, headers, rules=RULES)
+    body = json.dumps({"agent_id": agent, "tool_name": "search", "parameters": {}}).encode()
+    _before_a_boundary(clock, 5, 1.5)
+    held = HeldBody(body)
+    answers: dict[str, Any] = {}
+
+    def send_held() -> None:
+        answers["held"] = client.post(
+            "/v1/authorize", input_stream=held, content_length=len(body),
+            content_type="application/json", headers=headers,
+        )  # fmt: skip
+
+    sender = threading.Thread(target=send_held)
+    sender.start()
+    assert held.reading.wait(timeout=30)  # headers in, body held
+    clock.advance(2)  # into the next window
+
+    def call() -> bool:
+        answer = client.post("/v1/authorize", json=json.loads(body), headers=headers)
+        assert answer.status_code == 200
+        return bool(answer.json["allowed"])
+
+    assert [call(), call(), call()] == [True, True, False]
+    held.release()
+    sender.join(timeout=30)
+    late = answers["held"]
+    assert late.status_code == 200
+    assert late.json["allowed"] is False  # the new window is full: decided now, not then
+    assert "rate limit of 2 calls per 5 seconds" in late.json["reason"]
+    assert [call(), call(), call()] == [False, False, False]  # the window was not reset
+    # its audit entry says when it was decided
+    entries = client.get("/v1/audit-logs?limit=10", headers=headers).json["data"]
+    held_entry = next(e for e in entries if e["id"] == late.json["auditId"])
+    boundary = (int(clock.moment.timestamp()) // 5) * 5
+    assert held_entry["timestamp"] >= datetime.fromtimestamp(boundary, UTC).isoformat()[:19]
+
+
+def test_a_key_that_expires_while_the_body_is_held_is_refused(served, workspace, clock):
+    client = served.test_client()
+    admin = workspace.headers("admin")
+    agent = make_agent(client, admin, rules=RULES)
+    expiring = workspace.headers("admin", expires_at=clock.moment + timedelta(seconds=10))
+    body = json.dumps({"agent_id": agent, "tool_name": "search", "parameters": {}}).encode()
+    held = HeldBody(body)
+    answers: dict[str, Any] = {}
+
+    def send_held() -> None:
+        answers["held"] = client.post(
+            "/v1/authorize", input_stream=held, content_length=len(body),
+            content_type="application/json", headers=expiring,
+        )  # fmt: skip
+
+    sender = threading.Thread(target=send_held)
+    sender.start()
+    assert held.reading.wait(timeout=30)
+    clock.advance(20)  # the key expires meanwhile
+    held.release()
+    sender.join(timeout=30)
+    assert answers["held"].status_code == 401
+    assert answers["held"].json["error"]["code"] == "API_KEY_EXPIRED"
+    entries = client.get("/v1/audit-logs", headers=admin).json["data"]
+    assert entries == []  # nothing was decided
+
+
+def test_a_database_counter_never_moves_back(database_url):
+    db = Database(Settings(database_url=database_url))
+    try:
+        name = "rule:held:0"
+        with db.connect(write=True) as connection:
+            assert consume(connection, name, 1_000_005, 2) == 1
+            assert consume(connection, name, 1_000_005, 2) == 2
+            # a call of the window before: refused, and the newer window keeps its count
+            assert consume(connection, name, 1_000_000, 2) is None
+            assert consume(connection, name, 1_000_005, 2) is None
+            assert consume(connection, name, 1_000_010, 2) == 1  # a later window starts afresh
+    finally:
+        db.dispose()
+
+
+def test_memory_counters_never_move_back():
+    counters = MemoryCounters()
+    limit = RateLimitRef("p", "policy", 0, 2, 5)
+    later = datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC)
+    earlier = later - timedelta(seconds=3)
+    assert counters([limit], later) is None
+    assert counters([limit], later) is None
+    assert counters([limit], earlier) is limit
+    assert counters.used(limit, later) == 2
