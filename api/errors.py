@@ -1,5 +1,8 @@
 """The one table from error types to HTTP statuses, and the handlers that render every error,
-ours or Werkzeug's, as ``{"error": {"code", "message", "details"?}}``. Nothing leaks a traceback."""
+ours or Werkzeug's, as ``{"error": {"code", "message", "details"?}}``. Nothing leaks a traceback,
+and no error body holds an API key of this service: messages name what the caller sent (a field,
+a duplicate member, a query parameter, a value), so :func:`error_body` scrubs every body, whatever
+made it."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from api.metrics import RATE_LIMITED
 from core.domain import errors
+from core.domain.redaction import scrub_json
 
 log = logging.getLogger("agentauth.api")
 
@@ -52,7 +56,8 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> Respon
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, **extra}}
+    """Every error body is made here: a key the caller sent as a name or a value is masked."""
+    return {"error": scrub_json({"code": code, "message": message, **extra})}
 
 
 def render_error(error: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:

@@ -4,10 +4,11 @@ request was received (``g.received``), from which decision latency is measured t
 Every response carries ``X-Request-Id``: the caller's own when it sent a sane one (1 to 128
 characters of ``A-Z a-z 0-9 . _ : -``, and holding no API key), else a new one; the same id is
 in the request's log line, so a client's report can be found in the logs. One line per request
-on the ``agentauth.access`` logger, a JSON object: time, level, request id, method, path (never the
-query string, nor any header), status, duration in ms, and the caller's workspace and key id
-once authenticated (the key's id, never the key). ``agentauth serve`` writes these lines to
-standard error (:func:`configure_logging`). Registered by ``create_app``.
+on the ``agentauth.access`` logger, a JSON object: time, level, request id, method, path (any API
+key in it masked; never the query string, nor any header), status, duration in ms, and the
+caller's workspace and key id once authenticated (the key's id, never the key). ``agentauth
+serve`` writes these lines to standard error (:func:`configure_logging`). Registered by
+``create_app``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import UTC, datetime
 from flask import Flask, Response, g, request
 
 from api.metrics import IN_FLIGHT
+from core.domain.redaction import scrub
 from core.store.keys import KEY_SEARCH, Principal
 
 HEADER = "X-Request-Id"
@@ -82,7 +84,7 @@ def log_access(
         "level": "error" if status >= 500 else "info",
         "request_id": request_id,
         "method": method,
-        "path": path,
+        "path": scrub(path),  # a key sent as a path segment is not written to the log
         "status": status,
         "duration_ms": None if started is None else round((time.perf_counter() - started) * 1e3, 3),
         "workspace": caller.workspace_id if caller else None,

@@ -12,6 +12,7 @@ from flask import request
 
 from api.context import body_arrived
 from core.domain.errors import ValidationError
+from core.domain.redaction import scrub
 from core.domain.validation import require_uuid, require_valid
 
 MAX_DEPTH = 64
@@ -66,7 +67,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"duplicate key {key[:64]!r}")
+            # masked before it is cut: a key cut short would escape the error body's scrub
+            raise ValueError(f"duplicate key {scrub(key)[:64]!r}")
         out[key] = value
     return out
 
