@@ -80,7 +80,7 @@ def apply_repo(
         with db.transaction(write=True) as session:
             workspace_id = ensure_workspace(session, workspace, now)
             _lock_workspace(session, workspace_id)
-            live = read_live(session, workspace_id)
+            live = read_live(session, workspace_id, repo)
             plan = build_plan(repo, live, prune_agents=prune_agents, adopt=adopt)
             _refuse_conflicts(plan)
             for change in plan.changes:

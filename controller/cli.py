@@ -26,7 +26,7 @@ from controller.reconcile import apply_directory, apply_files, describe_result
 from controller.render import render_json, render_markdown, render_text
 from controller.repo import DEFAULT_WORKSPACE, Repo, load_repo
 from controller.signals import wait_for_stop_signal
-from controller.sources import open_repository, read_files, read_revision
+from controller.sources import ReadLimits, open_repository, read_files, read_revision
 from controller.state import as_applied, read_live
 from core.config import DATABASE_URL_HELP, Settings
 from core.domain.errors import AgentAuthError
@@ -89,7 +89,7 @@ def _cache(settings: Settings, directory: Path) -> DocumentCache:
 def _read_repo(
     directory: Path, workspace: str, settings: Settings
 ) -> tuple[Repo, list[SourceFile]]:
-    files = read_files(directory)
+    files = read_files(directory, ReadLimits.from_settings(settings))
     return load_repo(files, workspace, _cache(settings, directory)), files
 
 
@@ -159,7 +159,7 @@ def plan(
         _refuse_invalid(repo)
         database = open_database(settings, write=False)
         with paused_gc(), database.transaction(snapshot=True) as session:
-            live = read_live(session, repo.workspace_id)
+            live = read_live(session, repo.workspace_id, repo)
             the_plan = build_plan(repo, live, prune_agents=prune_agents, adopt=adopt)
             impacts = analyse(session, repo, the_plan, replay)
         database.dispose()
@@ -223,9 +223,11 @@ def diff(
     """What changes from git revision BASE to HEAD of a policy repository (no database): the
     plan of HEAD against a database where BASE was applied, with the same flags."""
     try:
+        limits = ReadLimits.from_settings(Settings.from_env())
         git_repo = open_repository(repo_path)
-        before = load_repo(read_revision(git_repo, base, subdir, missing_ok=True), workspace)
-        after = load_repo(read_revision(git_repo, head, subdir), workspace)
+        before_files = read_revision(git_repo, base, subdir, missing_ok=True, limits=limits)
+        before = load_repo(before_files, workspace)
+        after = load_repo(read_revision(git_repo, head, subdir, limits=limits), workspace)
     except AgentAuthError as exc:
         _fail(exc)
     _refuse_invalid(after)
@@ -256,6 +258,7 @@ def apply(directory: Path, workspace: str, db: str | None, prune_agents: bool, a
         cache=_cache(settings, directory),
         prune_agents=prune_agents,
         adopt=adopt,
+        limits=ReadLimits.from_settings(settings),
     )
     database.dispose()
     _report_apply(result)
@@ -355,7 +358,12 @@ def watch(
 
     def attempt() -> ApplyResult:
         return apply_directory(
-            database, directory, workspace=workspace, cache=cache, prune_agents=prune_agents
+            database,
+            directory,
+            workspace=workspace,
+            cache=cache,
+            prune_agents=prune_agents,
+            limits=ReadLimits.from_settings(settings),
         )
 
     if once:
@@ -432,6 +440,7 @@ def sync(
             branch=branch,
             path=subdir,
             interval=interval,
+            limits=ReadLimits.from_settings(settings),
         )
         follower.prepare()
     except AgentAuthError as exc:

@@ -4,7 +4,9 @@ with its live policies and with the planned ones, and count the decisions that w
 Both sides run on the same inputs, so what the audit log cannot reproduce cancels out:
 parameters stored redacted are replayed redacted on both sides, and rate limits are treated
 as not exhausted on both. Each call is replayed at the instant it was recorded (time windows
-see the time it happened). Called by the plan verb.
+see the time it happened). Every read is of the repository's workspace only: an agent id of
+another workspace (ids are computable, and ``metadata.id`` may name any) has no history here.
+Called by the plan verb.
 """
 
 from __future__ import annotations
@@ -103,15 +105,16 @@ def analyse(session: Session, repo: Repo, plan: Plan, limit: int) -> list[AgentI
         {c.agent for c in plan.changes if c.kind == "Policy" and c.agent is not None}
         & set(repo.agents)
     )
-    with_history = _with_history(session, [repo.agents[name].id for name in touched])
+    workspace_id = repo.workspace_id
+    with_history = _with_history(session, workspace_id, [repo.agents[n].id for n in touched])
     out = []
     for name in touched:
         agent = repo.agents[name]
         if agent.id not in with_history:
             continue
-        calls = list(_recent_calls(session, agent.id, limit))
+        calls = list(_recent_calls(session, workspace_id, agent.id, limit))
         if calls:  # compile nothing for an agent without history
-            before = _live_policies(session, agent.id)
+            before = _live_policies(session, workspace_id, agent.id)
             after = compile_desired(repo.policies_of(name))
             out.append(replay(name, before, after, calls))
     return out
@@ -134,25 +137,30 @@ def compile_desired(policies: Iterable[DesiredPolicy]) -> list[CompiledPolicy]:
     )
 
 
-def _live_policies(session: Session, agent_id: str) -> list[CompiledPolicy]:
+def _live_policies(session: Session, workspace_id: str, agent_id: str) -> list[CompiledPolicy]:
     """Exactly what the server would evaluate: the same loader as its policy cache."""
-    return load_policies(session.connection(), agent_id)
+    return load_policies(session.connection(), workspace_id, agent_id)
 
 
-def _with_history(session: Session, agent_ids: list[str]) -> set[str]:
-    """The agents among ``agent_ids`` with at least one recorded call (one query per 500)."""
+def _with_history(session: Session, workspace_id: str, agent_ids: list[str]) -> set[str]:
+    """The workspace's agents among ``agent_ids`` with at least one recorded call (one query
+    per 500)."""
     found: set[str] = set()
     for start in range(0, len(agent_ids), 500):
         chunk = agent_ids[start : start + 500]
-        query = select(AuditEntry.agent_ref).where(AuditEntry.agent_ref.in_(chunk)).distinct()
+        query = (
+            select(AuditEntry.agent_ref)
+            .where(AuditEntry.workspace_id == workspace_id, AuditEntry.agent_ref.in_(chunk))
+            .distinct()
+        )
         found.update(str(row) for row in session.scalars(query))
     return found
 
 
-def _recent_calls(session: Session, agent_id: str, limit: int) -> Iterable[Call]:
+def _recent_calls(session: Session, workspace_id: str, agent_id: str, limit: int) -> Iterable[Call]:
     query = (
         select(AuditEntry.tool_name, AuditEntry.parameters, AuditEntry.timestamp)
-        .where(AuditEntry.agent_ref == agent_id)
+        .where(AuditEntry.workspace_id == workspace_id, AuditEntry.agent_ref == agent_id)
         .order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
         .limit(limit)
     )

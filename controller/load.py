@@ -10,12 +10,10 @@ Called by ``controller.cache`` and ``controller.repo``.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from controller.yaml_reader import YamlError, read_documents
@@ -31,13 +29,18 @@ _STRIP_LAST = re.compile(r"(\[\d+\]|\.[^.\[\]]*|^[^.\[\]]+)$")
 @dataclass(frozen=True)
 class SourceFile:
     """One file of a repository: its path relative to the repository root (POSIX form) and
-    its bytes."""
+    its bytes; or, when ``controller.sources`` refused to read it (a link leaving the
+    repository, not a regular file, too large), why, and no bytes: then the file is that one
+    problem."""
 
     path: str
     content: bytes
+    refused: str | None = None
 
     @property
     def digest(self) -> str:
+        if self.refused is not None:  # never the digest of a file's bytes
+            return "refused:" + hashlib.sha256(self.refused.encode()).hexdigest()
         return hashlib.sha256(self.content).hexdigest()
 
 
@@ -108,6 +111,8 @@ class LoadedFile:
 
 def parse_file(source: SourceFile) -> LoadedFile:
     """Parse and check one file: every document's schema and rule problems, located."""
+    if source.refused is not None:
+        return _failed(source, source.refused, 1, 1)
     try:
         text = source.content.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -220,23 +225,8 @@ def _regex_warnings(document: Document) -> list[Problem]:
 # ------------------------------------------------------------------------------------ files
 
 
-def read_directory(root: Path) -> list[SourceFile]:
-    """The YAML files under ``root``, sorted by path, hidden files and folders skipped."""
-    files = []
-    base = str(root)
-    for directory, folders, names in os.walk(base):
-        folders[:] = sorted(f for f in folders if not f.startswith("."))
-        relative = os.path.relpath(directory, base).replace(os.sep, "/")
-        prefix = "" if relative == "." else relative + "/"
-        for name in names:
-            if name.startswith(".") or not name.endswith(SUFFIXES):
-                continue
-            with open(os.path.join(directory, name), "rb") as handle:
-                files.append(SourceFile(prefix + name, handle.read()))
-    return sorted(files, key=lambda f: f.path)
-
-
 def is_document_path(path: str) -> bool:
-    """Whether a repository path is read as a policy file (the rule of read_directory)."""
+    """Whether a repository path is read as a policy file (the rule of every source in
+    ``controller.sources``)."""
     parts = path.split("/")
     return path.endswith(SUFFIXES) and not any(part.startswith(".") for part in parts)

@@ -12,7 +12,9 @@ Every managed object carries what the controller last wrote to it (``managed_spe
 whose live value differs from that was changed outside the repository, through the API: the
 change that puts it back is marked as drift. Objects the repository declares that exist
 unmanaged (same id, or same name) are conflicts: apply refuses them. Planned with ``adopt``, an
-unmanaged object with the same id is an update that takes it over instead.
+unmanaged object with the same id is an update that takes it over instead. An id that belongs to
+an object of another workspace (ids are unique across workspaces) is a conflict nothing adopts:
+the plan says which file declares it and shows nothing of the other workspace's object.
 
 A policy's agent is a field like any other (``agent_id``): a policy whose agent gets another id
 (``metadata.id`` pinned or changed, an agent renamed) is an update that moves it, planned and
@@ -118,6 +120,8 @@ class LiveState:
     #: ids the last successful apply left managed (an object of it deleted through the API
     #: is drift, not a new object)
     inventory: frozenset[str] = field(default_factory=frozenset)
+    #: ids the repository declares that objects of another workspace hold (never adoptable)
+    elsewhere: frozenset[str] = field(default_factory=frozenset)
 
 
 def agent_fields(agent: DesiredAgent) -> dict[str, Any]:
@@ -149,14 +153,14 @@ def build_plan(
         "Agent",
         {a.id: (a, agent_fields(a)) for a in repo.agents.values()},
         live.agents,
-        live.inventory,
+        live,
         adopt,
     )
     policies = _plan_kind(
         "Policy",
         {p.id: (p, policy_fields(p)) for p in repo.policies.values()},
         live.policies,
-        live.inventory,
+        live,
         adopt,
     )
     agents = [_retire(c, repo, prune_agents) for c in agents]
@@ -171,15 +175,18 @@ def _plan_kind(
     kind: str,
     desired: dict[str, tuple[DesiredAgent | DesiredPolicy, dict[str, Any]]],
     live: Sequence[LiveObject],
-    inventory: frozenset[str],
+    state: LiveState,
     adopt: bool,
 ) -> list[Change]:
     by_id = {obj.id: obj for obj in live}
     unmanaged_names = {_identity(obj): obj for obj in live if not obj.managed}
     out: list[Change] = []
     for object_id, (wanted, fields) in sorted(desired.items(), key=lambda kv: kv[1][0].name):
+        if object_id in state.elsewhere:
+            out.append(_held_elsewhere(kind, wanted, object_id, fields))
+            continue
         current = by_id.get(object_id) or unmanaged_names.get(_identity_of(kind, fields))
-        change = _plan_object(kind, wanted, object_id, fields, current, inventory, adopt)
+        change = _plan_object(kind, wanted, object_id, fields, current, state.inventory, adopt)
         if change is not None:
             out.append(change)
     for obj in sorted(live, key=lambda o: o.name):
@@ -252,6 +259,36 @@ def _conflict(
             f"set metadata.id: {clash.id} in the file to adopt it, or rename one of them"
         )
     return Change(Action.CONFLICT, kind, name, object_id, agent, before, fields, (), source, note)
+
+
+def _held_elsewhere(
+    kind: str, wanted: DesiredAgent | DesiredPolicy, object_id: str, fields: Mapping[str, Any]
+) -> Change:
+    """A conflict with an object of another workspace: nothing of that object is shown (not
+    even that it is managed), and no flag takes it over."""
+    document = wanted.document
+    source = f"{document.file}:{document.line}"
+    noun = kind.lower()
+    if document.pinned_id is not None:
+        where = f"{document.file}:{document.locate('metadata.id')[0]}"
+        note = (
+            f"{where}: metadata.id {object_id} is the id of {_article(noun)} {noun} of another "
+            "workspace (ids are unique across workspaces); remove metadata.id, so that an id "
+            "is derived for this workspace, or pin another id"
+        )
+    else:
+        note = (
+            f"{source}: the id {object_id} derived for this {noun} is the id of "
+            f"{_article(noun)} {noun} of another workspace (pinned there); pin another id "
+            "with metadata.id"
+        )
+    agent = getattr(wanted, "agent", None)
+    return Change(Action.CONFLICT, kind, wanted.name, object_id, agent, None, fields, (),
+                  source, note)  # fmt: skip
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[:1] in "aeiou" else "a"
 
 
 def _retire(change: Change, repo: Repo, prune_agents: bool) -> Change:

@@ -17,7 +17,7 @@ from controller.cache import DocumentCache
 from controller.load import SourceFile
 from controller.plan import Action
 from controller.repo import DEFAULT_WORKSPACE, load_repo
-from controller.sources import read_files, revision_of
+from controller.sources import ReadLimits, read_files, revision_of
 from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
 from core.store.database import Database
@@ -59,13 +59,14 @@ def apply_directory(
     prune_agents: bool = False,
     adopt: bool = False,
     now: Clock = utc_now,
+    limits: ReadLimits | None = None,
 ) -> ApplyResult:
-    """Read, validate and apply ``directory`` as one attempt. Never raises our errors: a folder
-    that cannot be read or a database that cannot be written is a failed result (with revision
-    ``unknown`` when the files could not be read)."""
+    """Read (within ``limits``), validate and apply ``directory`` as one attempt. Never raises
+    our errors: a folder that cannot be read or a database that cannot be written is a failed
+    result (with revision ``unknown`` when the files could not be read)."""
     revision = "unknown"
     try:
-        files = read_files(directory)
+        files = read_files(directory, limits)
         revision = revision_of(directory, files)
         source = str(directory.resolve())
         return apply_files(

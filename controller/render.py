@@ -162,9 +162,10 @@ def render_json(
 ) -> str:
     """One JSON object on one line, keys sorted (pipe it through ``jq`` to read it). Members:
     format_version, summary, has_changes, changes, impact (null when not analysed), warnings.
-    A change holds the whole object in ``before`` (update, delete, conflict, orphan) and
-    ``after`` (create, update, conflict); ``fields`` lists an update's differing members, each with
-    ``path``, ``drift`` and ``before``/``after`` (absent when the member is added/removed)."""
+    A change holds the whole object in ``before`` (update, delete, orphan, and a conflict with
+    an object of this workspace; null for one of another workspace) and ``after`` (create,
+    update, conflict); ``fields`` lists an update's differing members, each with ``path``,
+    ``drift`` and ``before``/``after`` (absent when the member is added/removed)."""
     document: dict[str, Any] = {
         "format_version": JSON_FORMAT_VERSION,
         "summary": plan.summary(),

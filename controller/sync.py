@@ -32,7 +32,7 @@ from controller.apply import ApplyResult
 from controller.load import SourceFile
 from controller.reconcile import describe_result, short_revision, timestamp
 from controller.signals import wait_for_stop_signal
-from controller.sources import SourceError, read_revision
+from controller.sources import ReadLimits, SourceError, read_revision
 from core.domain.errors import AgentAuthError
 
 logger = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class GitSync:
         path: str = "",
         interval: float = DEFAULT_INTERVAL,
         max_backoff: float = MAX_BACKOFF,
+        limits: ReadLimits | None = None,
     ) -> None:
         self.url = url
         self.branch = branch
@@ -91,6 +92,7 @@ class GitSync:
         self.attempted: str | None = None  # the last commit handed to apply_fn with a result
         self.failures = 0  # consecutive polls that failed; reset by any success
         self._apply = apply_fn
+        self._limits = limits
         self._repo: git.Repo | None = None
 
     @property
@@ -140,7 +142,7 @@ class GitSync:
             return self._succeeded(PollResult(Outcome.UP_TO_DATE, head))
         try:
             assert self._repo is not None
-            files = read_revision(self._repo, head, self.path)
+            files = read_revision(self._repo, head, self.path, limits=self._limits)
             result = self._apply(files, head, self.source)
         except AgentAuthError as exc:
             return self._failed(PollResult(Outcome.ERROR, head, error=exc.message))

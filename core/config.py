@@ -17,6 +17,9 @@ DEFAULT_DATABASE_URL = "sqlite:///agentauth.db"
 #: the help of every command's --db option
 DATABASE_URL_HELP = f"database URL (default: $AGENTAUTH_DATABASE_URL, else {DEFAULT_DATABASE_URL})"
 SQLITE_SYNC_MODES = ("FULL", "NORMAL", "OFF", "EXTRA")
+#: the most the controller reads of one policy file, and of all a repository's policy files
+DEFAULT_MAX_POLICY_FILE_BYTES = 1024 * 1024
+DEFAULT_MAX_POLICY_REPO_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,10 @@ class Settings:
     sqlite_busy_timeout_ms: int = 30_000
     #: where the controller caches parsed policy files ("" turns the cache off)
     cache_dir: str = ""
+    #: a policy file larger than this is refused (a problem of that file), and a repository
+    #: whose policy files hold more than ``max_policy_repo_bytes`` in all is not read
+    max_policy_file_bytes: int = DEFAULT_MAX_POLICY_FILE_BYTES
+    max_policy_repo_bytes: int = DEFAULT_MAX_POLICY_REPO_BYTES
     #: webhooks may reach loopback, private, link-local and other non-public addresses
     webhook_allow_private: bool = False
     #: the Ed25519 key that signs audit checkpoints: this file (created, mode 0600, when
@@ -53,6 +60,12 @@ class Settings:
             sqlite_synchronous=env.get("AGENTAUTH_SQLITE_SYNCHRONOUS", "FULL").upper(),
             sqlite_busy_timeout_ms=_int(env, "AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS", 30_000),
             cache_dir=env.get("AGENTAUTH_CACHE_DIR", _default_cache_dir(env)),
+            max_policy_file_bytes=_int(
+                env, "AGENTAUTH_MAX_POLICY_FILE_BYTES", DEFAULT_MAX_POLICY_FILE_BYTES
+            ),
+            max_policy_repo_bytes=_int(
+                env, "AGENTAUTH_MAX_POLICY_REPO_BYTES", DEFAULT_MAX_POLICY_REPO_BYTES
+            ),
             webhook_allow_private=_bool(env, "AGENTAUTH_WEBHOOK_ALLOW_PRIVATE", False),
             audit_key_file=env.get("AGENTAUTH_AUDIT_KEY_FILE") or _default_key_file(env),
             audit_key=env.get("AGENTAUTH_AUDIT_KEY", ""),
@@ -67,6 +80,10 @@ class Settings:
             raise ConfigError("AGENTAUTH_RATE_LIMIT_PER_MINUTE must be at least 1")
         if self.sqlite_busy_timeout_ms < 0:
             raise ConfigError("AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS must not be negative")
+        if self.max_policy_file_bytes < 1:
+            raise ConfigError("AGENTAUTH_MAX_POLICY_FILE_BYTES must be at least 1")
+        if self.max_policy_repo_bytes < 1:
+            raise ConfigError("AGENTAUTH_MAX_POLICY_REPO_BYTES must be at least 1")
         if self.sqlite_synchronous not in SQLITE_SYNC_MODES:
             raise ConfigError(
                 "AGENTAUTH_SQLITE_SYNCHRONOUS must be one of " + ", ".join(SQLITE_SYNC_MODES)

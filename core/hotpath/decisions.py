@@ -89,7 +89,7 @@ class PolicyCache:
         self._max = max_agents
         self._lock = threading.Lock()
 
-    def policies(self, db: Database, agent: AgentRow) -> list[CompiledPolicy]:
+    def policies(self, db: Database, workspace_id: str, agent: AgentRow) -> list[CompiledPolicy]:
         """The agent's policies as of ``agent.policy_version`` or later: on a miss they are
         read after the agent row was, so what is stored under a version is never older than
         it (a newer set stored under an older version is replaced at the next call)."""
@@ -98,7 +98,7 @@ class PolicyCache:
         if found is not None and found[0] == version:
             return found[1]
         with db.connect() as connection:
-            compiled = load_policies(connection, agent.id)
+            compiled = load_policies(connection, workspace_id, agent.id)
         with self._lock:
             if len(self._entries) >= self._max:
                 self._entries.clear()  # crude but bounded; recompiling is cheap
@@ -113,12 +113,18 @@ _ENABLED_POLICIES = select(
     _POLICIES.c.priority,
     _POLICIES.c.created_at,
     _POLICIES.c.rules,
-).where(_POLICIES.c.agent_id == bindparam("agent_id"), _POLICIES.c.enabled.is_(True))
+).where(
+    _POLICIES.c.workspace_id == bindparam("workspace_id"),
+    _POLICIES.c.agent_id == bindparam("agent_id"),
+    _POLICIES.c.enabled.is_(True),
+)
 
 
-def load_policies(connection: Connection, agent_id: str) -> list[CompiledPolicy]:
-    """The agent's enabled policies, compiled, in evaluation order."""
-    rows = connection.execute(_ENABLED_POLICIES, {"agent_id": agent_id})
+def load_policies(connection: Connection, workspace_id: str, agent_id: str) -> list[CompiledPolicy]:
+    """The workspace's agent's enabled policies, compiled, in evaluation order."""
+    rows = connection.execute(
+        _ENABLED_POLICIES, {"workspace_id": workspace_id, "agent_id": agent_id}
+    )
     return order_policies(
         compile_policy(
             id=row.id,
@@ -185,7 +191,9 @@ def authorize(
     elif agent.status != AgentStatus.ACTIVE:
         decided = deny_agent_status(agent.status)
     else:  # decided here, off the write lock; a grant pending on rate limits is settled inside
-        decided = evaluate(cache.policies(db, agent), tool_name, parameters, now)
+        decided = evaluate(
+            cache.policies(db, caller.workspace_id, agent), tool_name, parameters, now
+        )
 
     def entry(
         decision: Decision, redacted: dict[str, Any] | None = None

@@ -88,8 +88,10 @@ def delete_agent(session: Session, workspace_id: str, agent_id: str) -> None:
     decision can chain a new entry of it between the erasure and the deletion."""
     agent = get_agent(session, workspace_id, agent_id)
     session.execute(select(Agent.id).where(Agent.id == agent.id).with_for_update())
-    audit.erase(session, agent.id)
-    policy_ids = session.scalars(select(Policy.id).where(Policy.agent_id == agent.id)).all()
+    audit.erase(session, workspace_id, agent.id)
+    policy_ids = session.scalars(
+        select(Policy.id).where(Policy.workspace_id == workspace_id, Policy.agent_id == agent.id)
+    ).all()
     for policy_id in policy_ids:
         limits.reset(session, policy_counter_prefix(policy_id))
     session.execute(delete(Agent).where(Agent.id == agent.id))

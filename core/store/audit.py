@@ -145,12 +145,17 @@ ERASED: dict[str, Any] = {
 }
 
 
-def erase(session: Session, agent_id: str) -> int:
-    """Erase the content of the agent's entries, keeping each one's seq, entry hash and hash;
-    call it before deleting the agent, in the same transaction. How many were erased."""
+def erase(session: Session, workspace_id: str, agent_id: str) -> int:
+    """Erase the content of the workspace's agent's entries, keeping each one's seq, entry hash
+    and hash; call it before deleting the agent, in the same transaction. How many were
+    erased."""
     erased: Any = session.execute(
         update(AuditEntry)
-        .where(AuditEntry.agent_ref == agent_id, AuditEntry.erased.is_(False))
+        .where(
+            AuditEntry.workspace_id == workspace_id,
+            AuditEntry.agent_ref == agent_id,
+            AuditEntry.erased.is_(False),
+        )
         .values(ERASED)
         .execution_options(synchronize_session=False)
     )

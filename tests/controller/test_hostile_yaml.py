@@ -4,6 +4,7 @@ never raises on any input at all (hypothesis), it reports a located problem inst
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,9 @@ def test_hostile_file_is_refused_within_memory_and_cpu_limits(tmp_path: Path, na
         text=True,
         timeout=CPU_SECONDS * 2,  # a hang guard: the CPU limit does not count time asleep
         check=False,
+        # the YAML reader's own bounds are under test, not the file size limit that comes
+        # first (5000 block levels take 25 MB)
+        env={**os.environ, "AGENTAUTH_MAX_POLICY_FILE_BYTES": str(64 << 20)},
     )
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
     assert result.stdout.splitlines() == [message]
