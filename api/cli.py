@@ -21,7 +21,8 @@ import click
 
 from core.config import DATABASE_URL_HELP, Settings
 from core.domain.clock import parse_instant, utc_now
-from core.domain.errors import AgentAuthError
+from core.domain.errors import AgentAuthError, ValidationError
+from core.domain.validation import require_name
 from core.store import signing
 from core.store.keys import Scope, ensure_workspace, issue_key
 from core.store.migrate import open_database
@@ -142,6 +143,13 @@ def _scopes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[st
     return scopes
 
 
+def _name(_ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return require_name(value, param.name or "name")
+    except ValidationError as exc:
+        raise click.BadParameter("; ".join(p.message for p in exc.problems)) from None
+
+
 def _instant(_ctx: click.Context, _param: click.Parameter, value: str | None) -> datetime | None:
     if value is None:
         return None
@@ -155,19 +163,19 @@ def _instant(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 
 
 @keys.command("create")
-@click.option("--name", required=True, help="a label for the key")
+@click.option("--name", required=True, callback=_name, help="a label for the key")
 @click.option(
     "--scopes", required=True, callback=_scopes, help="admin, approver, read-only, comma-separated"
 )
-@click.option("--workspace", default="default", show_default=True, help="created on first use")
+@click.option(
+    "--workspace", default="default", show_default=True, callback=_name, help="created on first use"
+)
 @click.option("--expires-at", callback=_instant, help="ISO 8601 expiry (default: never)")
 @click.option("--db", help=DATABASE_URL_HELP)
 def keys_create(
     name: str, scopes: list[str], workspace: str, expires_at: datetime | None, db: str | None
 ) -> None:
     """Create a key and print it (only the key, so KEY=$(agentauth keys create ...) works)."""
-    if not 1 <= len(name) <= 255:
-        raise click.BadParameter("must be 1 to 255 characters", param_hint="--name")
     try:
         database = open_database(Settings.from_env(database_url=db), write=True)
         now = utc_now()

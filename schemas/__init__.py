@@ -105,12 +105,14 @@ def check(ref: str, instance: Any) -> list[Problem]:
     the values ``json.loads`` and the controller's YAML loader make (``tests/core/
     test_schemas.py`` holds the edges), but one: an integer of more than 4,300 digits (YAML's
     hex form can write one), no number at all to jsonschema-rs, and one jsonschema cannot print
-    (ValueError). Where it is stricter it says no and :func:`validate` answers: ``$`` before a
-    final newline (Python's ``re`` matches there, Rust's ``regex`` does not), NaN and
-    infinities (not numbers to it), a duplicate among arrays mixing true and 1. A value it
-    cannot read (a key that is not a string, a ``str`` subclass, a lone surrogate) raises
-    ValueError, and :func:`validate` answers too. Tuples, which no loader makes, are arrays to
-    it and not to jsonschema.
+    (ValueError). Where it is stricter it says no and :func:`validate` answers: NaN and
+    infinities (not numbers to it), a duplicate among arrays mixing true and 1. No pattern
+    leans on ``$``, which Python's ``re`` also matches before a final newline (Rust's
+    ``regex`` and ECMA-262 do not): a pattern names what is refused, unanchored, under
+    ``not``, or length bounds leave no room for a newline (``tests/security/test_names.py``
+    holds every pattern to that). A value it cannot read (a key that is not a string, a
+    ``str`` subclass, a lone surrogate) raises ValueError, and :func:`validate` answers too.
+    Tuples, which no loader makes, are arrays to it and not to jsonschema.
     """
     quick = _compiled(ref)
     try:

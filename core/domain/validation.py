@@ -31,6 +31,19 @@ def _rule_problems(instance: Any) -> list[Problem]:
     return []
 
 
+#: the schema of every name: agents, policies, keys, workspaces, tool names and patterns
+NAME = "common.json#/$defs/name"
+
+
+def require_name(value: str, field: str) -> str:
+    """``value`` when it is a valid name (``common.json``'s rules), else ValidationError naming
+    ``field``: for names that arrive outside a request body (the CLI's ``--name``,
+    ``--workspace``)."""
+    if check(NAME, value):
+        raise ValidationError(validate(NAME, value, (field,)))
+    return value
+
+
 def require_uuid(value: str, field: str) -> str:
     """The canonical form of a UUID given by a caller, else ValidationError naming ``field``."""
     if not ids.is_uuid(value):

@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 
 from core.domain import ids
 from core.domain.clock import isoformat
-from core.domain.errors import ApiKeyExpired, ApiKeyNotFound, Unauthorized, ValidationError
+from core.domain.errors import ApiKeyExpired, ApiKeyNotFound, Unauthorized
+from core.domain.validation import require_name
 from core.store.models import ApiKey, Workspace
 from core.store.paging import Page, paginate
 
@@ -81,8 +82,7 @@ def hash_key(key: str) -> str:
 
 def ensure_workspace(session: Session, name: str, now: datetime) -> str:
     """The id of workspace ``name``, created on first use."""
-    if not 1 <= len(name) <= 255:
-        raise ValidationError.field("workspace", "must be 1 to 255 characters")
+    require_name(name, "workspace")
     wid = ids.workspace_id(name)
     if session.get(Workspace, wid) is None:
         session.add(Workspace(id=wid, name=name, created_at=now))
@@ -99,6 +99,7 @@ def issue_key(
     now: datetime,
 ) -> tuple[ApiKey, str]:
     """Create a key; returns the row and the full key (the only time it exists in clear)."""
+    require_name(name, "name")  # the API's body was checked; the CLI's --name was not
     key = "svc_" + secrets.token_hex(16)
     row = ApiKey(
         id=ids.new_id(),

@@ -49,8 +49,14 @@ def test_the_document_states_the_rules_the_service_enforces_on_strings(client):
     doc = client.get("/v1/openapi.json").json
     components = doc["components"]["schemas"]
     no_nul = components["common.text"]["pattern"]
-    for name in ("common.name", "common.description", "policy.toolPattern"):
-        assert components[name]["pattern"] == no_nul, name
+    assert components["common.description"]["pattern"] == no_nul
+    # names refuse controls, format characters and whitespace first or last, as written
+    assert (
+        components["common.name"]["allOf"] == load_schema("common.json")["$defs"]["name"]["allOf"]
+    )
+    assert components["policy.toolPattern"]["$ref"] == "#/components/schemas/common.name"
+    tool_name = components["authorize.request"]["properties"]["tool_name"]
+    assert tool_name["$ref"] == "#/components/schemas/common.name"
     constraint = components["policy.parameterConstraint"]["properties"]
     assert constraint["regex"]["format"] == "re2"
     assert constraint["enum"]["items"] == {"$ref": "#/components/schemas/common.text"}

@@ -143,10 +143,11 @@ FAILURES = [
     "pass\": expected allowed by policy 'refunds', got denied by policy 'refund-limits' "
     "(reason: denied by policy 'refund-limits' rule 1 (rate_limit): rate limit of 1 calls per "
     "60 seconds exceeded; retry after 30 seconds)",
+    # a name or tool name holds no control character (the schema refuses it); a reason may
     'FAIL tests/mistakes.yaml:40 finance-agent "quotes " & <markup> \'in\' names": expected '
-    "allowed, got denied, no policy decided (reason: default deny: no policy allows tool "
-    "'evil\\x01tool')",
-    'FAIL tests/mistakes.yaml:52 support-bot "the policy would allow it, the status does '
+    "allowed with a reason containing 'evil\\x01tool', got denied, no policy decided (reason: "
+    "default deny: no policy allows tool 'evil.tool')",
+    'FAIL tests/mistakes.yaml:53 support-bot "the policy would allow it, the status does '
     "not\": expected allowed by policy 'support-tickets', got denied, no policy decided "
     "(reason: agent is suspended)",
 ]
@@ -211,7 +212,7 @@ def test_junit_holds_characters_xml_cannot_as_escapes(run, tmp_path):
     assert b"\x01" not in junit.read_bytes()
     failure = _parse(junit).find(".//testcase[@line='40']/failure")
     assert failure is not None
-    assert "tool 'evil\\x01tool'" in failure.get("message", "")
+    assert "a reason containing 'evil\\x01tool'" in failure.get("message", "")
 
 
 def test_an_unwritable_junit_file_is_an_error(run, tmp_path):
