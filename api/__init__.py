@@ -32,6 +32,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         meta,
         metrics,
         observe,
+        params,
         policies,
         sync_status,
         webhooks,
@@ -40,6 +41,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     settings = settings or Settings.from_env()
     app = Flask("agentauth")
+    app.request_class = params.Request
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     database = Database(settings)
