@@ -23,7 +23,7 @@ from api import metrics
 from api.auth import KeySlot, counts_in_its_transaction, key_slot, settle_slot, slot_for
 from api.context import Services, now, principal, reader, services
 from api.errors import render_error
-from api.observe import HEADER, RECEIVED, log_access, request_id
+from api.observe import HEADER, NOSNIFF, RECEIVED, log_access, request_id
 from api.params import parse_body, read_body
 from core.domain.errors import StorageError
 from core.hotpath.decisions import Outcome
@@ -139,6 +139,7 @@ class FastPath:
             ("Content-Length", str(len(data))),
             *extra.items(),
             (HEADER, rid),
+            NOSNIFF,
         ]
         log_access(rid, "POST", PATH, status, received, caller)
         return status, headers, data

@@ -28,6 +28,7 @@ from core.domain.redaction import scrub
 from core.store.keys import KEY_SEARCH, Principal
 
 HEADER = "X-Request-Id"
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
 RECEIVED = "agentauth.received"  # a WSGI environ key: never set from a request's headers
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 access = logging.getLogger("agentauth.access")
@@ -56,6 +57,8 @@ def end_request(_error: BaseException | None) -> None:
 def finish_request(response: Response) -> Response:
     rid: str = g.get("request_id") or uuid.uuid4().hex
     response.headers[HEADER] = rid
+    # every answer says what it is: a browser must not read a JSON error as a page or a script
+    response.headers.setdefault(*NOSNIFF)
     log_access(
         rid,
         request.method,
@@ -94,16 +97,49 @@ def log_access(
     access.log(logging.ERROR if status >= 500 else logging.INFO, line)
 
 
+class ScrubKeys(logging.Filter):
+    """Masks this service's API keys in a record's message and traceback: on every handler of
+    the service's processes, so that no log line holds a key, whichever logger wrote it (the
+    server's, Flask's, ours) and whatever it quoted (a path, an exception's message)."""
+
+    _formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = scrub(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:  # formatted here, as a formatter would
+            record.exc_text = self._formatter.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        if record.stack_info:
+            record.stack_info = scrub(record.stack_info)
+        return True
+
+
+_SCRUB = ScrubKeys()
+#: the loggers whose handlers get the filter: the root (Flask's app logger and ours propagate
+#: to it) and the HTTP server's
+_LOGGERS = ("", "gunicorn.error", "gunicorn.access", access.name)
+
+
 def configure_logging() -> None:
-    """Access lines, as they are, to standard error (each is already a JSON object)."""
-    if any(getattr(h, "_agentauth", False) for h in access.handlers):
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    handler._agentauth = True  # type: ignore[attr-defined]
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
-    access.propagate = False
+    """Access lines, as they are, to standard error (each is already a JSON object); and the key
+    filter on every handler there is, Python's last-resort one included."""
+    if not any(getattr(h, "_agentauth", False) for h in access.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._agentauth = True  # type: ignore[attr-defined]
+        access.addHandler(handler)
+        access.setLevel(logging.INFO)
+        access.propagate = False
+    every = [h for name in _LOGGERS for h in logging.getLogger(name).handlers]
+    if logging.lastResort is not None:
+        every.append(logging.lastResort)
+    for each in every:
+        if _SCRUB not in each.filters:
+            each.addFilter(_SCRUB)
 
 
 def register(app: Flask) -> None:

@@ -58,6 +58,14 @@ def serve(settings: Settings, host: str, port: int, workers: int, threads: int) 
             os.environ.pop(MULTIPROCESS_ENV, None)
 
 
+def _starting(_server: Any) -> None:
+    """In the master, once gunicorn has set up its logging: the key filter on its handlers
+    (each worker adds it to its own when it loads the app)."""
+    from api.observe import configure_logging
+
+    configure_logging()
+
+
 def _worker_exited(_server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
@@ -77,6 +85,7 @@ def _run(settings: Settings, host: str, port: int, workers: int, threads: int) -
         "proc_name": "agentauth",
         # several servers may run on one machine (tests, benchmarks): no shared control socket
         "control_socket_disable": True,
+        "on_starting": _starting,
         "child_exit": _worker_exited,
     }
     _Server(settings, options).run()

@@ -186,14 +186,22 @@ def _sqlite_file(url: URL) -> Path | None:
 
 
 def _engine_options(url: URL, is_sqlite: bool) -> dict[str, Any]:
+    # a statement's parameters hold what callers sent (names, descriptions, tool calls): they
+    # stay out of the errors SQLAlchemy raises, and so out of every log line
     if is_sqlite:
-        return {"pool_pre_ping": False}
+        return {"pool_pre_ping": False, "hide_parameters": True}
     # a connect to a host that went silent fails in 10 s, and a connection whose peer vanished
     # without a word is found dead within about a minute (keepalives when idle, a 30 s limit
     # on unacknowledged data otherwise), instead of holding a request forever; the URL's own
     # values win
     network = {k: v for k, v in _PG_NETWORK.items() if k not in url.query}
-    return {"pool_pre_ping": True, "pool_size": 5, "max_overflow": 10, "connect_args": network}
+    return {
+        "pool_pre_ping": True,
+        "pool_size": 5,
+        "max_overflow": 10,
+        "connect_args": network,
+        "hide_parameters": True,
+    }
 
 
 def _storage_message(exc: SQLAlchemyError) -> str:
