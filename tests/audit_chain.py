@@ -20,18 +20,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from click.testing import CliRunner, Result
 from flask import Flask
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from controller.cli import main
-from core.store.database import Database, normalize_url
+from core.store.database import Database
 from core.store.migrate import upgrade
 from tests.api.helpers import decide, make_agent
-from tests.conftest import PG_ENV, Tenant
+from tests.conftest import PG_ENV, Tenant, postgresql_schema
 
 ALLOW_CALENDAR = [{"type": "tool_allowlist", "tools": ["calendar.*"]}]
 
@@ -52,26 +51,9 @@ def fresh_database(directory: Path, revision: str = "head") -> Iterator[str]:
         _migrate(Settings(database_url=url), revision)
         yield url
         return
-    schema = f"agentauth_chain_{os.getpid()}_{token}"
-    admin = create_engine(normalize_url(base))
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    separator = "&" if "?" in base else "?"
-    url = f"{base}{separator}options={quote(f'-csearch_path={schema}')}&application_name={schema}"
-    try:
+    with postgresql_schema(base, "agentauth_chain") as url:
         _migrate(Settings(database_url=url), revision)
         yield url
-    finally:
-        with admin.begin() as conn:
-            conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE application_name = :name AND pid <> pg_backend_pid()"
-                ),
-                {"name": schema},
-            )
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 def _migrate(settings: Any, revision: str) -> None:

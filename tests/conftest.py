@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
@@ -60,19 +61,27 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
         _scan_database(url)
         return
-    schema = f"agentauth_test_{os.getpid()}_{secrets.token_hex(4)}"
+    with postgresql_schema(base, "agentauth_test") as url:
+        _migrate(url)
+        yield url
+        _scan_database(normalize_url(url))
+
+
+@contextmanager
+def postgresql_schema(base: str, prefix: str) -> Iterator[str]:
+    """The URL of a new, empty schema of the PostgreSQL at ``base`` (every connection made
+    with it works in that schema and names it as its application), dropped at the end."""
+    schema = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
     admin = create_engine(normalize_url(base))
     with admin.begin() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     separator = "&" if "?" in base else "?"
     url = f"{base}{separator}options={quote(f'-csearch_path={schema}')}&application_name={schema}"
     try:
-        _migrate(url)
         yield url
-        _scan_database(normalize_url(url))
     finally:
         with admin.begin() as conn:
-            # a connection of this run left open (a server killed mid-test) must not block
+            # a connection left open (a server killed mid-test) must not block the drop
             conn.execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

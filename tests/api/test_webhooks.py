@@ -17,7 +17,6 @@ import hmac
 import json
 import os
 import re
-import secrets
 import signal
 import socket
 import threading
@@ -28,12 +27,11 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select
 
 from api import create_app
 from api.outbox import LEASE, deliver_due
@@ -42,12 +40,12 @@ from core.domain.clock import utc_now
 from core.domain.errors import ConfigError
 from core.domain.webhooks import forbidden_reason, retry_delay
 from core.hotpath.approvals import enqueue
-from core.store.database import Database, normalize_url
+from core.store.database import Database
 from core.store.migrate import open_database
 from core.store.models import Webhook
 from core.store.webhooks import find_due, lease
 from tests.api.helpers import assert_error, decide, instant, make_agent
-from tests.conftest import PG_ENV, FakeClock, Tenant
+from tests.conftest import PG_ENV, FakeClock, Tenant, postgresql_schema
 from tests.server import server_process, session_members
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -704,25 +702,8 @@ def own_database_url(tmp_path) -> Iterator[str]:
     if not base:
         yield f"sqlite:///{tmp_path / 'webhooks.db'}"
         return
-    schema = f"agentauth_webhooks_{os.getpid()}_{secrets.token_hex(4)}"
-    admin = create_engine(normalize_url(base))
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    separator = "&" if "?" in base else "?"
-    query = f"options={quote(f'-csearch_path={schema}')}&application_name={schema}"
-    try:
-        yield f"{base}{separator}{query}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE application_name = :name AND pid <> pg_backend_pid()"
-                ),
-                {"name": schema},
-            )
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with postgresql_schema(base, "agentauth_webhooks") as url:
+        yield url
 
 
 def _wait_until(what: str, condition: Any, deadline: float = SERVE_DEADLINE) -> None:
