@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from flask import Flask, Response, g, request
 
 from api.metrics import IN_FLIGHT
-from core.domain.redaction import scrub
-from core.store.keys import KEY_SEARCH, Principal
+from core.domain.redaction import KEY_SHAPE, scrub
+from core.store.keys import Principal
 
 HEADER = "X-Request-Id"
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
@@ -36,7 +36,7 @@ access = logging.getLogger("agentauth.access")
 
 def request_id(offered: str) -> str:
     """The caller's ``X-Request-Id`` when it is sane and holds no key, else a new one."""
-    sane = _SANE.fullmatch(offered) and not KEY_SEARCH.search(offered)  # a key is never echoed
+    sane = _SANE.fullmatch(offered) and not KEY_SHAPE.search(offered)  # a key is never echoed
     return offered if sane else uuid.uuid4().hex
 
 

@@ -16,7 +16,7 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from api.context import body_arrived
 from core.domain.errors import ValidationError
-from core.domain.redaction import scrub
+from core.domain.redaction import KEY_SHAPE, scrub
 from core.domain.validation import require_uuid, require_valid
 
 MAX_DEPTH = 64
@@ -79,13 +79,38 @@ def read_body(ref: str, *, optional: bool = False) -> dict[str, Any]:
     return parse_body(raw, ref)
 
 
+#: bodies whose strings may hold an API key of this service, masked where they are stored: a
+#: tool call is decided and audited whatever it holds (a refusal would leave the attempt out
+#: of the audit log), and a person's decision on an approval is not refused for its comment
+MASKED = frozenset({"authorize.json#/$defs/request", "approval.json#/$defs/decide"})
+
+
 def parse_body(raw: bytes, ref: str) -> dict[str, Any]:
-    """Body bytes as a dict valid against schema ``ref``, or ValidationError."""
+    """Body bytes as a dict valid against schema ``ref``, or ValidationError. A string that
+    holds an API key of this service is refused (but in a tool call, see MASKED): what a body
+    says is stored and shown again, in answers, lists and logs, and a key must never be."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ValidationError.field("body", "is not valid UTF-8") from None
-    return require_valid(ref, parse_json(text))
+    body = require_valid(ref, parse_json(text))
+    if "svc_" in text and ref not in MASKED:  # the common case skips the walk
+        _refuse_keys(body)
+    return body
+
+
+def _refuse_keys(body: dict[str, Any]) -> None:
+    stack: list[tuple[str, Any]] = list(body.items())
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{name}", value) for name, value in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{index}]", value) for index, value in enumerate(item))
+        elif isinstance(item, str) and KEY_SHAPE.search(item):
+            raise ValidationError.field(
+                path, "holds an API key of this service: keys are never stored or shown"
+            )
 
 
 def parse_json(text: str) -> Any:

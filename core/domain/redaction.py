@@ -41,7 +41,8 @@ SENSITIVE_FRAGMENTS = (
 )  # fmt: skip
 _SEPARATORS = re.compile(r"[_\-. ]+")
 _WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_API_KEY = re.compile(r"svc_[0-9a-fA-F]{32}")
+#: an API key of this service, anywhere in a text
+KEY_SHAPE = re.compile(r"svc_[0-9a-fA-F]{32}")
 
 
 def _squash(key: str) -> str:
@@ -67,7 +68,7 @@ def is_sensitive(key: str) -> bool:
 
 def scrub(text: str) -> str:
     """``text`` with every API key of this service replaced by the mask."""
-    return _API_KEY.sub(MASK, text) if "svc_" in text else text
+    return KEY_SHAPE.sub(MASK, text) if "svc_" in text else text
 
 
 def scrub_json(value: Any) -> Any:

@@ -26,8 +26,6 @@ from core.store.models import ApiKey, Workspace
 from core.store.paging import Page, paginate
 
 KEY_PATTERN = re.compile(r"svc_[0-9a-f]{32}")
-#: finds this service's keys inside any text (for redaction)
-KEY_SEARCH = re.compile(r"svc_[0-9a-fA-F]{32}")
 
 
 class Scope(StrEnum):
