@@ -412,9 +412,12 @@ def verify_chain(
     naming it; ``window`` entries around it are used to tell a moved entry from a changed one.
     ``entries`` start after ``start`` (the first one is ``start.size + 1``)."""
     wanted: dict[int, list[Checkpoint]] = {}
+    empty: list[Checkpoint] = []  # checkpoints of the empty log, held against hash(0)
     for checkpoint in checkpoints:
         if checkpoint.size > start.size:
             wanted.setdefault(checkpoint.size, []).append(checkpoint)
+        elif checkpoint.size == 0 == start.size:
+            empty.append(checkpoint)
     ahead: deque[Mapping[str, Any]] = deque()
     behind: deque[Mapping[str, Any]] = deque(maxlen=window)
     source = iter(entries)
@@ -422,6 +425,12 @@ def verify_chain(
 
     def report(failure: Finding | None) -> ChainReport:
         return ChainReport(size, erased, size, previous, matched, failure)
+
+    for checkpoint in empty:
+        if checkpoint.head != ZERO_HASH:
+            detail = "the checkpoint of size 0 signs another head than the empty log's"
+            return report(Finding(0, "head differs from checkpoint", detail))
+        matched += 1
 
     while True:
         while len(ahead) <= window:
@@ -565,8 +574,10 @@ def chain_runs(
     wanted: dict[int, list[Checkpoint]] = {}
     for checkpoint in checkpoints:
         wanted.setdefault(checkpoint.size, []).append(checkpoint)
+    if any(c.head != ZERO_HASH for c in wanted.get(0, ())):
+        return Stopped(0, Start())  # verify_chain names it
     state = earlier = (0, Start())
-    size, head, erased, matched, index = 0, ZERO_HASH, 0, 0, 0
+    size, head, erased, matched, index = 0, ZERO_HASH, 0, len(wanted.pop(0, ())), 0
     for run in runs:
         if run.count == 0:
             continue

@@ -837,3 +837,23 @@ def test_the_independent_verifier_runs_the_readme_s_code_as_it_stands():
     verifier = Path(independent.__file__).read_text(encoding="utf-8")
     ours = "\n".join(re.sub(r"  # noqa: \w+$", "", line) for line in verifier.splitlines())
     assert "\n".join(given).strip() in ours
+
+
+def test_a_checkpoint_of_the_empty_log_counts_and_is_held_against_hash_zero(log):
+    """The first checkpoint a cron job takes may be of a log with no entry yet: it is matched
+    (size 0, head hash(0)), and a note of size 0 signing another head is named, signed or not
+    by the service's own key."""
+    from core.config import Settings
+    from core.domain.auditchain import Checkpoint, origin_of, sign_note
+    from core.store.signing import load_or_create
+
+    empty = log.checkpoint_file()
+    log.decide(3)
+    for verdict in log.verdicts(empty):
+        assert verdict.code == 0, verdict.report
+        assert verdict.report["checkpoints"] == 1
+    key = load_or_create(Settings(audit_key_file=log.key_file), create=False)
+    lying = Checkpoint(origin_of(log.workspace.id), 0, b"\x01" * 32)
+    forged = log.file("lying", sign_note(lying.text(), key))
+    for verdict in log.verdicts(forged):
+        assert failed_at(verdict, 0, "head differs from checkpoint"), verdict.report
