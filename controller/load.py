@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from controller.yaml_reader import YamlError, read_documents
+from core.domain.redaction import KEY_SHAPE
 from core.domain.rules import check_rules
 from schemas import Problem, check, format_path
 
@@ -175,6 +176,8 @@ def check_document(document: Document) -> list[Problem]:
     spec = body.get("spec")
     if not isinstance(spec, dict) or kind not in KINDS:
         return problems
+    if kind in _STORED:
+        problems += _keys(document)
     if kind == "Policy":  # check_rules skips what the schema refused, so both always run
         for p in check_rules(spec.get("rules", []), ("spec", "rules")):
             problems.append(document.problem(p.path, p.message))
@@ -188,6 +191,27 @@ def check_document(document: Document) -> list[Problem]:
             )
         )
     return problems
+
+
+#: the kinds whose documents are stored, and shown again by the API (a PolicyTest's calls are not)
+_STORED = ("Agent", "Policy")
+
+
+def _keys(document: Document) -> list[Problem]:
+    """A string holding an API key of this service, anywhere in the document: refused, as the
+    API refuses it in a body (a key is never stored or shown)."""
+    found: list[Problem] = []
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), document.body)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(((*path, name), value) for name, value in item.items())
+        elif isinstance(item, list):
+            stack.extend(((*path, index), value) for index, value in enumerate(item))
+        elif isinstance(item, str) and KEY_SHAPE.search(item):
+            message = "holds an API key of this service: keys are never stored or shown"
+            found.append(document.problem(format_path(path), message))
+    return found
 
 
 def _is_instant(text: str) -> bool:

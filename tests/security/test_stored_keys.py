@@ -63,3 +63,30 @@ def test_a_key_among_a_tool_call_s_parameters_is_decided_and_redacted(client, wo
     assert answer.json["allowed"] is True
     entry = client.get("/v1/audit-logs", headers=admin).json["data"][0]
     assert entry["parameters"] == {"q": "use [REDACTED]"}
+
+
+def test_a_key_in_a_policy_file_is_a_located_problem(tmp_path):
+    """The same rule through the controller: a repository whose Agent or Policy holds a key is
+    refused by validate (exit 1), the problem located, the key never printed."""
+    from click.testing import CliRunner
+
+    from controller.cli import main
+
+    (tmp_path / "agent.yaml").write_text(
+        "apiVersion: agentauth/v1\nkind: Agent\nmetadata:\n  name: bot\n"
+        f"spec:\n  description: calls with {FAKE}\n"
+    )
+    (tmp_path / "policy.yaml").write_text(
+        "apiVersion: agentauth/v1\nkind: Policy\nmetadata:\n  name: p\n"
+        "spec:\n  agent: bot\n  rules:\n    - type: tool_allowlist\n"
+        f"      tools: [search, {FAKE}]\n"
+    )
+    cache = {"AGENTAUTH_CACHE_DIR": str(tmp_path / "cache")}
+    result = CliRunner().invoke(main, ["validate", str(tmp_path)], env=cache)
+    assert result.exit_code == 1
+    assert "agent.yaml:6:" in result.output
+    assert "spec.description: holds an API key of this service" in result.output
+    assert "policy.yaml:9:" in result.output
+    assert "spec.rules[0].tools[1]: holds an API key of this service" in result.output
+    assert FAKE not in result.output
+    assert FAKE[4:] not in result.output
