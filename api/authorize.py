@@ -104,16 +104,17 @@ class FastPath:
         raw: bytes | None = None
         try:
             try:
-                # the key first, as Flask's auth hook checks it: a call without a valid key is
-                # refused before its body is read
-                caller = keys.authenticate(reads, environ.get("HTTP_AUTHORIZATION"), svc.clock())
-                reads.close()  # no connection is held while the client sends its body
+                header = environ.get("HTTP_AUTHORIZATION")
+                if keys.presented_key(header) is None:  # refused (by Flask) before the body
+                    return self._hand_on(environ, received, None)
                 raw = self._body(environ)
                 if raw is None:
                     return self._hand_on(environ, received, None)
-                # decided at the moment the body was complete (api.context.body_arrived)
+                # the key looked up, and the call decided, at the moment the body was complete
+                # (as api.context.body_arrived does): a key revoked or expired while the client
+                # held its body back is refused; and no connection was held meanwhile
                 moment = svc.clock()
-                caller.still_valid(moment)
+                caller = keys.authenticate(reads, header, moment)
                 body = parse_body(raw, REQUEST_SCHEMA)
             except StorageError as exc:  # answered here: Flask would wait for the database again
                 status, answer, extra = render_error(exc)

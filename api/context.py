@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from flask import current_app, g
+from flask import current_app, g, request
 
 from core.config import Settings
 from core.domain.clock import Clock
 from core.hotpath.decisions import PolicyCache
 from core.hotpath.reads import Reads
 from core.hotpath.recorder import Recorder
+from core.store import keys
 from core.store.database import Database
 from core.store.keys import Principal
 
@@ -74,11 +75,10 @@ def body_arrived() -> datetime:
     """The request's instant from now on: the moment its body was complete. A client may hold
     its body back for as long as the server lets it; what the request decides (a rate limit's
     window, a time window, an approval's expiry, its audit entry's timestamp) must be decided
-    at this moment, not at the one its headers arrived. The caller's key must still be valid
-    at it."""
+    at this moment, not at the one its headers arrived. The caller's key is looked up again at
+    it: one revoked or expired meanwhile is refused."""
     moment: datetime = services().clock()
     g.now = moment
-    caller: Principal | None = g.get("principal")
-    if caller is not None:
-        caller.still_valid(moment)
+    if g.get("principal") is not None:
+        g.principal = keys.authenticate(reader(), request.headers.get("Authorization"), moment)
     return moment

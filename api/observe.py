@@ -105,16 +105,19 @@ class ScrubKeys(logging.Filter):
     _formatter = logging.Formatter()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        masked = scrub(message)
-        if masked != message:
-            record.msg, record.args = masked, None
-        if record.exc_info and not record.exc_text:  # formatted here, as a formatter would
-            record.exc_text = self._formatter.formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = scrub(record.exc_text)
-        if record.stack_info:
-            record.stack_info = scrub(record.stack_info)
+        try:
+            message = record.getMessage()
+            masked = scrub(message)
+            if masked != message:
+                record.msg, record.args = masked, None
+            if record.exc_info and not record.exc_text:  # formatted here, as a formatter would
+                record.exc_text = self._formatter.formatException(record.exc_info)
+            if record.exc_text:
+                record.exc_text = scrub(record.exc_text)
+            if record.stack_info:
+                record.stack_info = scrub(record.stack_info)
+        except Exception:  # a malformed call: the handler reports it, as logging always does
+            return True
         return True
 
 

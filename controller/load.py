@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from controller.yaml_reader import YamlError, read_documents
-from core.domain.redaction import KEY_SHAPE
+from core.domain.redaction import HOLDS_A_KEY, key_places
 from core.domain.rules import check_rules
 from schemas import Problem, check, format_path
 
@@ -198,20 +198,11 @@ _STORED = ("Agent", "Policy")
 
 
 def _keys(document: Document) -> list[Problem]:
-    """A string holding an API key of this service, anywhere in the document: refused, as the
-    API refuses it in a body (a key is never stored or shown)."""
-    found: list[Problem] = []
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), document.body)]
-    while stack:
-        path, item = stack.pop()
-        if isinstance(item, Mapping):
-            stack.extend(((*path, name), value) for name, value in item.items())
-        elif isinstance(item, list):
-            stack.extend(((*path, index), value) for index, value in enumerate(item))
-        elif isinstance(item, str) and KEY_SHAPE.search(item):
-            message = "holds an API key of this service: keys are never stored or shown"
-            found.append(document.problem(format_path(path), message))
-    return found
+    """An API key of this service anywhere in the document (a string, a member's name):
+    refused, as the API refuses it in a body (a key is never stored or shown)."""
+    return [
+        document.problem(format_path(place), HOLDS_A_KEY) for place in key_places(document.body)
+    ]
 
 
 def _is_instant(text: str) -> bool:

@@ -94,3 +94,26 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         return scrub(value)
     return value
+
+
+HOLDS_A_KEY = "holds an API key of this service: keys are never stored or shown"
+
+
+def key_places(value: Any) -> list[tuple[str | int, ...]]:
+    """Where a JSON value holds an API key of this service, in a string or in a member's name:
+    the path of each such string, or of the member. For input that is stored and shown again
+    as sent (names, descriptions, rules), which must then be refused rather than masked."""
+    found: list[tuple[str | int, ...]] = []
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, dict):
+            for name, child in item.items():
+                if isinstance(name, str) and KEY_SHAPE.search(name):
+                    found.append((*path, scrub(name)))
+                stack.append(((*path, name), child))
+        elif isinstance(item, list):
+            stack.extend(((*path, index), child) for index, child in enumerate(item))
+        elif isinstance(item, str) and KEY_SHAPE.search(item):
+            found.append(path)
+    return sorted(found, key=str)

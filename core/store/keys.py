@@ -115,14 +115,21 @@ def issue_key(
     return row, key
 
 
+def presented_key(header: str | None) -> str | None:
+    """The key an ``Authorization`` header presents, when it has a key's shape (nothing is
+    looked up: a request without one can be refused before its body is read)."""
+    scheme, _, key = (header or "").partition(" ")
+    key = key.strip()
+    return key if scheme.lower() == "bearer" and KEY_PATTERN.fullmatch(key) else None
+
+
 def authenticate(reads: KeyLookup, header: str | None, now: datetime) -> Principal:
     """The caller behind an ``Authorization: Bearer svc_...`` header, or Unauthorized /
     ApiKeyExpired. Runs on every request, hence a read straight through the driver."""
     if not header:
         raise Unauthorized("missing API key: send Authorization: Bearer <key>")
-    scheme, _, key = header.partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not KEY_PATTERN.fullmatch(key):
+    key = presented_key(header)
+    if key is None:
         raise Unauthorized("malformed API key: expected Authorization: Bearer svc_<32 hex>")
     row = reads.api_key(hash_key(key))
     if row is None or row.revoked:

@@ -238,10 +238,11 @@ def test_a_database_failure_at_the_key_lookup_is_answered_once(
 
     monkeypatch.setattr(core.store.keys, "authenticate", unavailable)
     body = {"agent_id": "x", "tool_name": "t"}
+    key = {"Authorization": "Bearer svc_" + "0" * 32}  # a key's shape: looked up
     answers = []
     for served_by in (app, flask_only):
         lookups.clear()
-        response = served_by.test_client().post("/v1/authorize", json=body, headers={})
+        response = served_by.test_client().post("/v1/authorize", json=body, headers=key)
         answers.append((_answer(response), len(lookups)))
     assert answers[0] == answers[1]
     assert answers[0][0][0] == 500

@@ -150,6 +150,50 @@ def test_a_key_that_expires_while_the_body_is_held_is_refused(served, workspace,
     assert entries == []  # nothing was decided
 
 
+def test_a_key_revoked_while_the_body_is_held_is_refused(served, workspace, clock):
+    client = served.test_client()
+    admin = workspace.headers("admin")
+    agent = make_agent(client, admin, rules=RULES)
+    leaked = workspace.key("admin")
+    body = json.dumps({"agent_id": agent, "tool_name": "search", "parameters": {}}).encode()
+    held = HeldBody(body)
+    answers: dict[str, Any] = {}
+
+    def send_held() -> None:
+        answers["held"] = client.post(
+            "/v1/authorize", input_stream=held, content_length=len(body),
+            content_type="application/json", headers={"Authorization": f"Bearer {leaked}"},
+        )  # fmt: skip
+
+    sender = threading.Thread(target=send_held)
+    sender.start()
+    assert held.reading.wait(timeout=30)
+    mine = client.get("/v1/whoami", headers={"Authorization": f"Bearer {leaked}"}).json["id"]
+    assert client.delete(f"/v1/api-keys/{mine}", headers=admin).status_code == 204
+    held.release()
+    sender.join(timeout=30)
+    assert answers["held"].status_code == 401
+    assert answers["held"].json["error"]["code"] == "UNAUTHORIZED"
+    entries = client.get("/v1/audit-logs", headers=admin).json["data"]
+    assert entries == []  # nothing was decided
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer not-a-key", "Basic c3ZjXzA6"],
+    ids=["none", "malformed", "basic"],
+)
+def test_a_call_without_a_key_is_refused_before_its_body_is_read(served, authorization):
+    held = HeldBody(b'{"agent_id": "x", "tool_name": "t"}')
+    headers = {} if authorization is None else {"Authorization": authorization}
+    answer = served.test_client().post(
+        "/v1/authorize", input_stream=held, content_length=35,
+        content_type="application/json", headers=headers,
+    )  # fmt: skip
+    assert answer.status_code == 401
+    assert not held.reading.is_set()  # never asked for: the body could be held forever
+
+
 def test_a_database_counter_never_moves_back(database_url):
     db = Database(Settings(database_url=database_url))
     try:

@@ -101,3 +101,12 @@ def test_a_key_anywhere_in_a_request_reaches_no_log_line_and_no_answer(database_
     assert "GET /v1/agents/[REDACTED]" in written or '"path":"/v1/agents/[REDACTED]"' in written
     assert key not in written
     assert key[4:] not in written
+
+
+def test_a_malformed_logging_call_passes_the_filter_to_be_reported_by_logging():
+    """The filter never raises into the code that logged: a record whose message cannot be
+    made is let through, for the handler to report as logging always does."""
+    from api.observe import ScrubKeys
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "two %s %s", ("one",), None)
+    assert ScrubKeys().filter(record) is True

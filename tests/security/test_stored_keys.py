@@ -90,3 +90,26 @@ def test_a_key_in_a_policy_file_is_a_located_problem(tmp_path):
     assert "spec.rules[0].tools[1]: holds an API key of this service" in result.output
     assert FAKE not in result.output
     assert FAKE[4:] not in result.output
+
+
+def test_a_key_spelled_with_a_json_escape_is_refused_too(client, workspace):
+    admin = workspace.headers("admin")
+    escaped = '{"name": "a", "description": "\\u0073vc_' + FAKE[4:] + '"}'
+    answer = client.post("/v1/agents", data=escaped, content_type="application/json", headers=admin)
+    assert answer.status_code == 400
+    assert answer.json["error"]["details"][0]["field"] == "description"
+    assert FAKE[4:] not in answer.get_data(as_text=True)
+
+
+def test_a_key_as_a_member_name_is_refused(client, workspace):
+    admin = workspace.headers("admin")
+    agent = make_agent(client, admin)
+    rules = [{"type": "parameter_constraint", "tools": ["search"],
+              "parameters": {FAKE: {"enum": ["a"]}}}]  # fmt: skip
+    answer = client.post(
+        "/v1/policies", json={"agent_id": agent, "name": "p", "rules": rules}, headers=admin
+    )
+    assert answer.status_code == 400
+    assert answer.json["error"]["details"][0]["field"] == "rules[0].parameters.[REDACTED]"
+    assert FAKE[4:] not in answer.get_data(as_text=True)
+    assert client.get("/v1/policies", headers=admin).json["data"] == []
