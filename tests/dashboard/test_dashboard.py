@@ -589,10 +589,12 @@ def test_the_new_key_box_survives_the_list_refresh_that_follows_it(page, world):
     the box, so its button does not go back to saying Copy (nor its key vanish)."""
     sign_in(page, world.admin)
     page.get_by_role("link", name="API keys").click()
+    form = page.locator("#create-key")
+    # the page's own first load of the list is done: only the refresh after Create is held
+    expect(form.locator("input[name=name]")).to_be_visible()
     held = []  # the list refresh, answered only once Copy was clicked
     refresh = requests_to("/v1/api-keys", "limit=200&offset=0")
     page.route(refresh, lambda route: held.append(route), times=1)
-    form = page.locator("#create-key")
     form.locator("input[name=name]").fill("copied-early")
     with page.expect_request(lambda request: refresh(request.url)):
         form.get_by_role("button", name="Create key").click()
