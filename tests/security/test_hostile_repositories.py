@@ -277,17 +277,23 @@ def test_limits_must_be_positive_whole_numbers(
     assert "error: AGENTAUTH_MAX_POLICY_FILE_BYTES must be" in result.output
 
 
-def test_an_unreadable_folder_is_an_error_not_an_empty_one(repo_dir: Path) -> None:
-    """Skipping it would read as "its policies were deleted" and prune them."""
-    if os.geteuid() == 0:
-        pytest.skip("root reads any folder")
+def test_an_unreadable_folder_is_an_error_not_an_empty_one(
+    repo_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Skipping it would read as "its policies were deleted" and prune them. The folder is
+    made unreadable by the listing failing as the kernel fails it for a user without the
+    permission (permission bits would not stop root, who runs CI)."""
     locked = repo_dir / "policies"
-    locked.chmod(0)
-    try:
-        with pytest.raises(SourceError, match=r"cannot read .*policies: Permission denied"):
-            read_files(repo_dir)
-    finally:
-        locked.chmod(0o755)
+    listing = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(SourceError, match=r"cannot read .*policies: Permission denied"):
+        read_files(repo_dir)
 
 
 @pytest.mark.parametrize("verb", ["apply", "watch"])
