@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
+from click.testing import CliRunner, Result
 from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import settings as hypothesis_settings
@@ -207,3 +210,18 @@ def admin_headers(workspace: Tenant) -> dict[str, str]:
 @pytest.fixture
 def readonly_headers(workspace: Tenant) -> dict[str, str]:
     return workspace.headers("read-only")
+
+
+@pytest.fixture
+def cli(database_url: str, tmp_path: Path) -> Callable[..., Result]:
+    """Run ``agentauth ARGS`` against this run's database (``--db`` added where it applies)."""
+    from controller.cli import main
+
+    runner = CliRunner()
+    env = {"AGENTAUTH_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1"}
+
+    def run(*args: Any, db: bool = True) -> Result:
+        arguments = [str(a) for a in args] + (["--db", database_url] if db else [])
+        return runner.invoke(main, arguments, env=env, catch_exceptions=False)
+
+    return run

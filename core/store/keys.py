@@ -59,14 +59,6 @@ class Principal:
     key_id: str
     workspace_id: str
     scopes: frozenset[Scope]
-    #: when the key stops being valid: a request whose body arrives after it is refused too
-    expires_at: datetime | None = None
-
-    def still_valid(self, now: datetime) -> None:
-        """ApiKeyExpired when the key expired by ``now`` (checked again once a request's body
-        has arrived, which may be a while after its headers were authenticated)."""
-        if self.expires_at is not None and self.expires_at <= now:
-            raise ApiKeyExpired()
 
     def can(self, needed: Scope) -> bool:
         if needed is Scope.READ_ONLY or Scope.ADMIN in self.scopes:
@@ -134,10 +126,9 @@ def authenticate(reads: KeyLookup, header: str | None, now: datetime) -> Princip
     row = reads.api_key(hash_key(key))
     if row is None or row.revoked:
         raise Unauthorized("invalid or revoked API key")
-    scopes = frozenset(Scope(s) for s in row.scopes.split(","))
-    caller = Principal(row.id, row.workspace_id, scopes, row.expires_at)
-    caller.still_valid(now)
-    return caller
+    if row.expires_at is not None and row.expires_at <= now:
+        raise ApiKeyExpired()
+    return Principal(row.id, row.workspace_id, frozenset(Scope(s) for s in row.scopes.split(",")))
 
 
 def list_keys(session: Session, workspace_id: str, limit: int, offset: int) -> Page[ApiKey]:

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import secrets
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
-
-from controller.cli import main
 
 
 @pytest.fixture
@@ -51,16 +46,3 @@ def repo_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def ws_name() -> str:
     return f"gitops-{secrets.token_hex(5)}"
-
-
-@pytest.fixture
-def cli(database_url: str, tmp_path: Path) -> Callable[..., Result]:
-    """Run ``agentauth ARGS`` against this run's database (``--db`` added where it applies)."""
-    runner = CliRunner()
-    env = {"AGENTAUTH_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1"}
-
-    def run(*args: Any, db: bool = True) -> Result:
-        arguments = [str(a) for a in args] + (["--db", database_url] if db else [])
-        return runner.invoke(main, arguments, env=env, catch_exceptions=False)
-
-    return run

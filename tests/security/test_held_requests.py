@@ -66,6 +66,30 @@ class HeldBody(io.BytesIO):
         self._go.set()
 
 
+class HeldCall:
+    """An authorize call sent on a thread of its own: its headers are in once this returns,
+    its body held until :meth:`release`, which gives the answer."""
+
+    def __init__(self, client: Any, body: bytes, headers: dict[str, str]) -> None:
+        self.body = HeldBody(body)
+        self._answers: list[Any] = []
+
+        def send() -> None:
+            self._answers.append(client.post(
+                "/v1/authorize", input_stream=self.body, content_length=len(body),
+                content_type="application/json", headers=headers,
+            ))  # fmt: skip
+
+        self._sender = threading.Thread(target=send)
+        self._sender.start()
+        assert self.body.reading.wait(timeout=30)  # headers in, body held
+
+    def release(self) -> Any:
+        self.body.release()
+        self._sender.join(timeout=30)
+        return self._answers[0]
+
+
 @pytest.fixture(params=["fast path", "flask"])
 def served(request: pytest.FixtureRequest, settings: Settings, clock: FakeClock) -> Iterator[Flask]:
     """The service as it runs, and with its fast path taken out (Flask serves every call)."""
@@ -89,18 +113,7 @@ def test_a_held_call_is_decided_when_its_body_arrives(served, workspace, clock):
     agent = make_agent(client, headers, rules=RULES)
     body = json.dumps({"agent_id": agent, "tool_name": "search", "parameters": {}}).encode()
     _before_a_boundary(clock, 5, 1.5)
-    held = HeldBody(body)
-    answers: dict[str, Any] = {}
-
-    def send_held() -> None:
-        answers["held"] = client.post(
-            "/v1/authorize", input_stream=held, content_length=len(body),
-            content_type="application/json", headers=headers,
-        )  # fmt: skip
-
-    sender = threading.Thread(target=send_held)
-    sender.start()
-    assert held.reading.wait(timeout=30)  # headers in, body held
+    held = HeldCall(client, body, headers)
     clock.advance(2)  # into the next window
 
     def call() -> bool:
@@ -109,9 +122,7 @@ def test_a_held_call_is_decided_when_its_body_arrives(served, workspace, clock):
         return bool(answer.json["allowed"])
 
     assert [call(), call(), call()] == [True, True, False]
-    held.release()
-    sender.join(timeout=30)
-    late = answers["held"]
+    late = held.release()
     assert late.status_code == 200
     assert late.json["allowed"] is False  # the new window is full: decided now, not then
     assert "rate limit of 2 calls per 5 seconds" in late.json["reason"]
@@ -129,23 +140,11 @@ def test_a_key_that_expires_while_the_body_is_held_is_refused(served, workspace,
     agent = make_agent(client, admin, rules=RULES)
     expiring = workspace.headers("admin", expires_at=clock.moment + timedelta(seconds=10))
     body = json.dumps({"agent_id": agent, "tool_name": "search", "parameters": {}}).encode()
-    held = HeldBody(body)
-    answers: dict[str, Any] = {}
-
-    def send_held() -> None:
-        answers["held"] = client.post(
-            "/v1/authorize", input_stream=held, content_length=len(body),
-            content_type="application/json", headers=expiring,
-        )  # fmt: skip
-
-    sender = threading.Thread(target=send_held)
-    sender.start()
-    assert held.reading.wait(timeout=30)
+    held = HeldCall(client, body, expiring)
     clock.advance(20)  # the key expires meanwhile
-    held.release()
-    sender.join(timeout=30)
-    assert answers["held"].status_code == 401
-    assert answers["held"].json["error"]["code"] == "API_KEY_EXPIRED"
+    answer = held.release()
+    assert answer.status_code == 401
+    assert answer.json["error"]["code"] == "API_KEY_EXPIRED"
     entries = client.get("/v1/audit-logs", headers=admin).json["data"]
     assert entries == []  # nothing was decided
 
@@ -156,24 +155,12 @@ def test_a_key_revoked_while_the_body_is_held_is_refused(served, workspace, cloc
     agent = make_agent(client, admin, rules=RULES)
     leaked = workspace.key("admin")
     body = json.dumps({"agent_id": agent, "tool_name": "search", "parameters": {}}).encode()
-    held = HeldBody(body)
-    answers: dict[str, Any] = {}
-
-    def send_held() -> None:
-        answers["held"] = client.post(
-            "/v1/authorize", input_stream=held, content_length=len(body),
-            content_type="application/json", headers={"Authorization": f"Bearer {leaked}"},
-        )  # fmt: skip
-
-    sender = threading.Thread(target=send_held)
-    sender.start()
-    assert held.reading.wait(timeout=30)
+    held = HeldCall(client, body, {"Authorization": f"Bearer {leaked}"})
     mine = client.get("/v1/whoami", headers={"Authorization": f"Bearer {leaked}"}).json["id"]
     assert client.delete(f"/v1/api-keys/{mine}", headers=admin).status_code == 204
-    held.release()
-    sender.join(timeout=30)
-    assert answers["held"].status_code == 401
-    assert answers["held"].json["error"]["code"] == "UNAUTHORIZED"
+    answer = held.release()
+    assert answer.status_code == 401
+    assert answer.json["error"]["code"] == "UNAUTHORIZED"
     entries = client.get("/v1/audit-logs", headers=admin).json["data"]
     assert entries == []  # nothing was decided
 

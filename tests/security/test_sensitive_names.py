@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import select
 
 from api import create_app
-from controller.cli import main as controller_main
 from controller.repo import load_repo
 from controller.sources import read_files
 from core.config import Settings
@@ -197,18 +194,6 @@ spec:
     - type: tool_allowlist
       tools: [{tools}]
 """
-
-
-@pytest.fixture
-def cli(database_url: str, tmp_path: Path) -> Callable[..., Result]:
-    runner = CliRunner()
-    env = {"AGENTAUTH_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1"}
-
-    def run(*args: Any) -> Result:
-        arguments = [str(a) for a in args] + ["--db", database_url]
-        return runner.invoke(controller_main, arguments, env=env, catch_exceptions=False)
-
-    return run
 
 
 def test_plan_examples_hide_them(cli, database_url: str, tmp_path: Path) -> None:

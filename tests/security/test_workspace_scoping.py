@@ -28,12 +28,11 @@ from typing import Any
 
 import git
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controller.cli import main as controller_main
 from controller.impact import analyse
 from controller.plan import Action, build_plan
 from controller.repo import load_repo
@@ -92,19 +91,6 @@ metadata:
 def ws_name(other_workspace: Tenant) -> str:
     """Workspace B, where the repository is planned and applied."""
     return other_workspace.name
-
-
-@pytest.fixture
-def cli(database_url: str, tmp_path: Path) -> Callable[..., Result]:
-    """``agentauth ARGS --db URL`` as a user runs it, on this run's database."""
-    runner = CliRunner()
-    env = {"AGENTAUTH_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1"}
-
-    def run(*args: Any) -> Result:
-        arguments = [str(a) for a in args] + ["--db", database_url]
-        return runner.invoke(controller_main, arguments, env=env, catch_exceptions=False)
-
-    return run
 
 
 @pytest.fixture
