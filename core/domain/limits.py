@@ -60,8 +60,8 @@ class MemoryCounters:
 
     One process only; a lock makes each call all-or-none across threads. Keeps one window per
     counter, so memory stays bounded by the number of rate_limit rules. Like the database's
-    counters, a counter never moves back: a call in an earlier window than the stored one is
-    refused.
+    counters, a counter never moves back: a call of an earlier window than the stored one is
+    counted in the stored window.
     """
 
     def __init__(self) -> None:
@@ -70,11 +70,8 @@ class MemoryCounters:
 
     def __call__(self, limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
         with self._lock:
-            starts = [limit.window_start(now) for limit in limits]
+            starts = [self._start(limit, now) for limit in limits]
             for limit, start in zip(limits, starts, strict=True):
-                stored = self._windows.get(limit.counter_key)
-                if stored is not None and stored[0] > start:
-                    return limit
                 if self._count(limit.counter_key, start) >= limit.max_calls:
                     return limit
             for limit, start in zip(limits, starts, strict=True):
@@ -86,6 +83,12 @@ class MemoryCounters:
         """Calls taken from ``limit`` in the window holding ``now``."""
         with self._lock:
             return self._count(limit.counter_key, limit.window_start(now))
+
+    def _start(self, limit: RateLimitRef, now: datetime) -> int:
+        """The window a call at ``now`` counts in: its own, or the stored one when later."""
+        stored = self._windows.get(limit.counter_key)
+        start = limit.window_start(now)
+        return start if stored is None else max(start, stored[0])
 
     def _count(self, key: str, start: int) -> int:
         window = self._windows.get(key)

@@ -1,11 +1,11 @@
 """Fixed-window counters, exact across processes and hosts sharing the database.
 
 One atomic conditional upsert per counter: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE count <
-max RETURNING count``. A later window resets the count; an exhausted window returns no row, and
-so does an earlier window than the stored one: a counter never moves back (a call decided late,
-or on a host whose clock lags, must not reset a window others have moved on to; it is refused
-as if the window were full). There is no read-then-write, so concurrent callers can never both
-take the last slot.
+max RETURNING count``. A later window resets the count; an exhausted window returns no row. A
+counter never moves back: a call of an earlier window than the stored one (decided a moment
+before a concurrent call that opened the next window, or on a host whose clock lags) is counted
+in the stored window, never resetting it. There is no read-then-write, so concurrent callers
+can never both take the last slot.
 
 Called on every request (the per-key limit) and every authorize with a rate_limit rule, so the
 statement is built once per dialect and only its parameters change.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Protocol
 
-from sqlalchemy import Connection, Insert, and_, bindparam, case, delete, literal_column, or_
+from sqlalchemy import Connection, Insert, bindparam, case, delete, literal_column, or_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnClause
@@ -39,16 +39,17 @@ def upsert_statement(dialect_name: str) -> Insert:
     statement = dialect.insert(table).values(
         name=bindparam("name", type_=table.c.name.type), window_start=window, count=ONE
     )
-    same_window = table.c.window_start == statement.excluded.window_start
     later_window = table.c.window_start < statement.excluded.window_start
     maximum = bindparam("maximum", type_=table.c.count.type)
     upsert: Insert = statement.on_conflict_do_update(
         index_elements=[table.c.name],
         set_={
-            "count": case((same_window, table.c.count + ONE), else_=ONE),
-            "window_start": statement.excluded.window_start,
+            "count": case((later_window, ONE), else_=table.c.count + ONE),
+            "window_start": case(
+                (later_window, statement.excluded.window_start), else_=table.c.window_start
+            ),
         },
-        where=or_(later_window, and_(same_window, table.c.count < maximum)),
+        where=or_(later_window, table.c.count < maximum),
     ).returning(table.c.count)
     return upsert
 
