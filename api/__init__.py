@@ -1,8 +1,8 @@
 """The HTTP API: ``create_app(settings)`` builds a Flask app serving ``/v1/...``.
 
 One blueprint module per URL noun; one error table (``errors.py``); authentication, scopes and
-per-key rate limits as hooks (``auth.py``). Called by ``agentauth serve`` (through gunicorn),
-by ``api.wsgi`` for other WSGI servers, and by the tests.
+per-key rate limits as hooks (``auth.py``). Called by ``agentauth serve`` (through granian and
+``api.serving``), by ``api.wsgi`` for other WSGI servers, and by the tests.
 """
 
 from __future__ import annotations

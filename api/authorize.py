@@ -23,7 +23,7 @@ from api import metrics
 from api.auth import KeySlot, counts_in_its_transaction, key_slot, settle_slot, slot_for
 from api.context import Services, now, principal, reader, services
 from api.errors import render_error
-from api.observe import HEADER, NOSNIFF, RECEIVED, log_access, request_id
+from api.observe import COUNTED, HEADER, NOSNIFF, RECEIVED, log_access, request_id
 from api.params import parse_body, read_body
 from core.domain.errors import StorageError
 from core.hotpath.decisions import Outcome
@@ -82,7 +82,9 @@ class FastPath:
         if not self._serves(environ):
             return self.inner(environ, start_response)
         received = time.perf_counter()
-        metrics.IN_FLIGHT.inc()  # from here, as Flask's hook would, until answered or handed on
+        counts = not environ.get(COUNTED)
+        if counts:  # from here, as Flask's hook would, until answered or handed on
+            metrics.IN_FLIGHT.inc()
         try:
             answer = self._answer(environ, received)
             if answer is not None:
@@ -90,7 +92,8 @@ class FastPath:
                 start_response(f"{status} {HTTP_STATUS_CODES[status].upper()}", headers)
                 return [data]
         finally:
-            metrics.IN_FLIGHT.dec()
+            if counts:
+                metrics.IN_FLIGHT.dec()
         # Flask's to answer, with the body given back in wsgi.input
         return self.inner(environ, start_response)
 

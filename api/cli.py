@@ -4,7 +4,7 @@ upgrade``. They join the controller's verbs through the ``agentauth.commands`` e
 
 ``serve --repo`` runs the controller as a program of its own: ``agentauth watch DIR --once``
 applies the repository before the server starts, and with ``--watch`` a second child keeps
-applying saved changes while it serves (a child process: the gunicorn master forks its
+applying saved changes while it serves (a child process: the server's master forks its
 workers, so it must not run threads of its own).
 """
 
@@ -115,7 +115,7 @@ class Controller:
 
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds. Does nothing in another process: a
-        gunicorn worker leaves by raising SystemExit through the frames it was forked from."""
+        server worker forked from this one may leave through the frames it was forked from."""
         if os.getpid() != self._owner:
             return
         # Popen checks that the child is still its own (unreaped) before it signals the PID

@@ -30,6 +30,9 @@ from core.store.keys import Principal
 HEADER = "X-Request-Id"
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 RECEIVED = "agentauth.received"  # a WSGI environ key: never set from a request's headers
+#: a WSGI environ key: the server's front (api.serving) counts the request in flight from its
+#: headers on, so the app does not count it again
+COUNTED = "agentauth.counted"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 access = logging.getLogger("agentauth.access")
 
@@ -45,8 +48,9 @@ def begin_request() -> None:
     # the decision latency and the log line's start: here, or when the authorize fast path
     # received a call it then left to Flask
     g.received = request.environ.get(RECEIVED) or time.perf_counter()
-    IN_FLIGHT.inc()
-    g.in_flight = True
+    if not request.environ.get(COUNTED):
+        IN_FLIGHT.inc()
+        g.in_flight = True
 
 
 def end_request(_error: BaseException | None) -> None:
@@ -124,7 +128,7 @@ class ScrubKeys(logging.Filter):
 _SCRUB = ScrubKeys()
 #: the loggers whose handlers get the filter: the root (Flask's app logger and ours propagate
 #: to it) and the HTTP server's
-_LOGGERS = ("", "gunicorn.error", "gunicorn.access", access.name)
+_LOGGERS = ("", "_granian", "granian.access", access.name)
 
 
 def configure_logging() -> None:

@@ -8,7 +8,7 @@
   stop lets the tries under way finish and be recorded.
 - :class:`DeliveryProcess` is how ``agentauth serve`` runs it: one child process per server
   (``python -m api.outbox``), started once the metrics folder exists and stopped by its PID
-  when the server stops (SIGTERM, then SIGKILL). Not a thread of the gunicorn master, which
+  when the server stops (SIGTERM, then SIGKILL). Not a thread of the server's master, which
   forks its workers; not in the workers, of which there are several.
 
 Nothing is lost to a crash: a delivery is leased (``core.store.webhooks.lease``) while it is
@@ -177,7 +177,7 @@ class DeliveryProcess:
 
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds. Does nothing in another process: a
-        gunicorn worker leaves by raising SystemExit through the frames it was forked from."""
+        server worker forked from this one may leave through the frames it was forked from."""
         if os.getpid() != self._owner:
             return
         self.process.terminate()  # Popen signals only a child of its own, not yet reaped

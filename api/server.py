@@ -1,50 +1,45 @@
-"""Serving the API with gunicorn, a production WSGI server (never Flask's development server).
+"""Serving the API with granian, a production HTTP server written in Rust (never Flask's
+development server), through the front of :mod:`api.serving`.
 
-Each worker process builds its own app (and so its own database engine) after the fork.
+A master process forks the workers; each builds its own app (and so its own database engine)
+after the fork, serves on an event loop, and runs the app on a pool of threads. Why granian and
+its RSGI interface rather than gunicorn or a WSGI interface: bench/RESULTS.md, "Issue 22,
+finding 2" (slow clients hold a socket, never a thread).
 """
 
 from __future__ import annotations
 
+import functools
 import gc
+import glob
 import os
+import re
 import tempfile
-from typing import Any
-
-from gunicorn.app.base import BaseApplication
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from core.config import Settings
 
+if TYPE_CHECKING:
+    from flask import Flask
+
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own name for it
+#: how long the workers have to finish the requests in flight after SIGTERM, in seconds
+GRACEFUL_SECONDS = 20
+#: the most requests a worker takes in at once; more wait in the listen backlog
+BACKPRESSURE = 256
+_LIVE_GAUGE = re.compile(r"gauge_live\w*_(\d+)\.db")
 
 
-class _Server(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: Settings, options: dict[str, Any]) -> None:
-        self.settings = settings
-        self.options = options
-        super().__init__()
-
-    def load_config(self) -> None:
-        for key, value in self.options.items():
-            self.cfg.set(key, value)
-
-    def load(self) -> Any:
-        from api import create_app
-        from api.observe import configure_logging
-
-        configure_logging()
-        app = create_app(self.settings)
-        # what the worker holds from here on (modules, the app, compiled schemas) lives as
-        # long as the worker: out of the cycle collector's sight, which would otherwise walk
-        # it again at each full collection
-        gc.freeze()
-        return app
-
-
-def serve(settings: Settings, host: str, port: int, workers: int, threads: int) -> None:
-    """Run until stopped. SIGTERM is graceful: the workers stop accepting, finish the requests
-    in flight (for up to 20 s) and exit 0; SIGINT (Ctrl-C) and SIGQUIT stop at once, as in
-    gunicorn. Metrics are kept per worker in a folder of this server's own and added up at
-    each scrape."""
+def serve(
+    settings: Settings, host: str, port: int, workers: int, threads: int,
+    make_app: Callable[[Settings], Flask] | None = None,
+) -> None:  # fmt: skip
+    """Run until stopped; each worker serves ``make_app(settings)`` (default
+    :func:`api.create_app`; the benchmark serves a bare app so; a module-level function). SIGTERM
+    and SIGINT (Ctrl-C) are graceful: the workers stop accepting, finish the requests in flight
+    (for up to :data:`GRACEFUL_SECONDS`) and the master exits 0. A worker that dies is replaced.
+    Metrics are kept per worker in a folder of this server's own and added up at each scrape."""
     with tempfile.TemporaryDirectory(prefix="agentauth-metrics-") as folder:
         os.environ[MULTIPROCESS_ENV] = folder  # before the workers import prometheus_client
         from api.outbox import DeliveryProcess  # (it imports prometheus_client too)
@@ -52,40 +47,84 @@ def serve(settings: Settings, host: str, port: int, workers: int, threads: int) 
         # webhook deliveries: one child process per server, counting in the same folder
         deliveries = DeliveryProcess(settings)
         try:
-            _run(settings, host, port, workers, threads)
+            _run(settings, host, port, workers, threads, make_app)
         finally:
             deliveries.stop()
             os.environ.pop(MULTIPROCESS_ENV, None)
 
 
-def _starting(_server: Any) -> None:
-    """In the master, once gunicorn has set up its logging: the key filter on its handlers
-    (each worker adds it to its own when it loads the app)."""
+def _run(
+    settings: Settings, host: str, port: int, workers: int, threads: int,
+    make_app: Callable[[Settings], Flask] | None,
+) -> None:  # fmt: skip
+    from granian.constants import Interfaces, Loops
+    from granian.http import HTTP1Settings
+    from granian.server import Server
+
     from api.observe import configure_logging
 
-    configure_logging()
+    server = Server(
+        "agentauth",  # a name only: the workers are given the app by _load
+        address=host,
+        port=port,
+        interface=Interfaces.RSGI,
+        workers=workers,
+        loop=Loops.asyncio,
+        backpressure=BACKPRESSURE,
+        # a connection whose headers have not all arrived within the deadline is closed
+        http1_settings=HTTP1Settings(header_read_timeout=settings.read_timeout_seconds * 1000),
+        respawn_failed_workers=True,
+        workers_kill_timeout=GRACEFUL_SECONDS,
+        log_access=False,  # the app writes one JSON line per request (api.observe)
+    )
+    configure_logging()  # the key filter on granian's handlers in the master
+    # a module-level function: picklable, should a worker be spawned rather than forked
+    server.serve(target_loader=functools.partial(_load, settings, threads, make_app))
 
 
-def _worker_exited(_server: Any, worker: Any) -> None:
+def _load(
+    settings: Settings, threads: int, make_app: Callable[[Settings], Flask] | None, _name: str
+) -> Any:
+    """In each worker, after the fork: the app behind its front."""
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+    from api import create_app
+    from api.observe import configure_logging
+    from api.serving import Front
+
+    configure_logging()
+    _sweep_dead_workers(multiprocess)
+    app = (make_app or create_app)(settings)
+    front = Front(app, threads, settings.read_timeout_seconds)
+    if "agentauth" in app.extensions:
+        front.on_close.append(app.extensions["agentauth"].close)
+    pid = os.getpid()
+    front.on_close.append(lambda: multiprocess.mark_process_dead(pid))  # type: ignore[no-untyped-call]
+    # what the worker holds from here on (modules, the app, compiled schemas) lives as long as
+    # the worker: out of the cycle collector's sight, which would otherwise walk it again at
+    # each full collection
+    gc.freeze()
+    return front
 
 
-def _run(settings: Settings, host: str, port: int, workers: int, threads: int) -> None:
-    options = {
-        "bind": f"{host}:{port}",
-        "workers": workers,
-        "threads": threads,
-        "worker_class": "gthread" if threads > 1 else "sync",
-        "preload_app": False,
-        "accesslog": None,
-        "graceful_timeout": 20,
-        "timeout": 60,
-        "proc_name": "agentauth",
-        # several servers may run on one machine (tests, benchmarks): no shared control socket
-        "control_socket_disable": True,
-        "on_starting": _starting,
-        "child_exit": _worker_exited,
-    }
-    _Server(settings, options).run()
+def _sweep_dead_workers(multiprocess: Any) -> None:
+    """The live-gauge files of workers that are gone (granian has no hook where a dead
+    worker's parent could do it, as gunicorn's child_exit was): the worker replacing one that
+    died removes them, so a scrape does not count a dead worker's in-flight requests."""
+    folder = os.environ.get(MULTIPROCESS_ENV)
+    if not folder:
+        return
+    for path in glob.glob(os.path.join(folder, "gauge_live*_*.db")):
+        found = _LIVE_GAUGE.fullmatch(os.path.basename(path))
+        if found and not _alive(int(found.group(1))):
+            multiprocess.mark_process_dead(int(found.group(1)))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -2,7 +2,7 @@
 
 1. In-process decisions per second: our engine, cedarpy and pycasbin on the same policy
    (:mod:`bench.engine_compare`), after checking that all three agree on every request.
-2. POST /v1/authorize over HTTP against a bare Flask endpoint on the same gunicorn, points
+2. POST /v1/authorize over HTTP against a bare Flask endpoint on the same server, points
    interleaved (:mod:`bench.http_compare`), then a per-phase profile of one authorize request.
 3. Validate and plan of a generated repository of 1,000 agents and 10,000 policies, cold and
    after one file changed (:mod:`bench.controller_plan`).
@@ -90,7 +90,7 @@ def machine() -> list[tuple[str, str]]:
             "packages",
             ", ".join(
                 f"{p} {_version(p)}"
-                for p in ("flask", "gunicorn", "sqlalchemy", "google-re2", "cedarpy", "casbin")
+                for p in ("flask", "granian", "sqlalchemy", "google-re2", "cedarpy", "casbin")
             ),
         ),
         ("wrk", wrk_version),
@@ -164,7 +164,8 @@ def run_http(config: HttpConfig) -> bool:
 
     print("## 2. POST /v1/authorize over HTTP vs a bare Flask JSON endpoint\n")
     print(
-        f"gunicorn gthread, {config.workers} workers x {config.threads} threads, 127.0.0.1; "
+        f"granian RSGI + the front, {config.workers} workers x {config.threads} threads, "
+        "127.0.0.1; "
         f"wrk, 1 thread, {config.warmup:g} s warm-up + {config.seconds:g} s per point; both "
         f"servers up at once, {config.rounds} interleaved rounds per concurrency (bare, "
         "authorize, then the other way round), medians reported; SQLite WAL with "
@@ -254,12 +255,12 @@ def run_http(config: HttpConfig) -> bool:
     restarts = sum(c.restarts for c in results.comparisons)
     print(
         "req/s, p50, p99 and CPU are medians over the rounds; CPU is the user + system time of "
-        "the server's processes (gunicorn arbiter and workers) per request, wrk excluded; "
+        "the server's processes (granian master and workers) per request, wrk excluded; "
         "authorize / bare is the median of the rounds' ratios, each taken between the two "
         "points measured back to back. "
         + (
             f"{restarts} wrk runs were stopped after {hc.PLACEMENT_CHECK_SECONDS:g} s and started "
-            "again because a gunicorn worker held none of the connections (see README).\n"
+            "again because a worker held none of the connections (see README).\n"
             if config.spread
             else "Points were kept whatever the placement of wrk's connections.\n"
         )
@@ -338,7 +339,7 @@ def run_profile(requests: int, threads: int) -> None:
     if c is not None:
         print(
             f"The same app driven by {c.threads} threads of one process at once ({c.requests} "
-            f"requests, no timers), as a gunicorn worker is under load: {c.micros:,.0f} µs of "
+            f"requests, no timers), as a server worker is under load: {c.micros:,.0f} µs of "
             f"wall time and {c.cpu_micros:,.0f} µs of CPU per request "
             f"({1e6 / c.micros:,.0f} req/s), {c.batch_size:.2f} "
             f"decisions per group transaction, a batch takes {c.batch_micros:,.0f} µs on its "
@@ -468,14 +469,14 @@ def main() -> int:
     parser.add_argument(
         "--any-placement",
         action="store_true",
-        help="keep every HTTP point, even when a gunicorn worker got none of wrk's connections",
+        help="keep every HTTP point, even when a worker got none of wrk's connections",
     )
     parser.add_argument("--profile-requests", type=int, default=2000)
     parser.add_argument(
         "--profile-threads",
         type=int,
         default=defaults.threads,
-        help="threads of the contended profile pass (default: a gunicorn worker's threads)",
+        help="threads of the contended profile pass (default: a server worker's threads)",
     )
     parser.add_argument(
         "--skip",

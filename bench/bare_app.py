@@ -3,8 +3,8 @@ JSON body and returns a small JSON object. No auth, no database, no validation.
 
 ``python -m bench.bare_app --host 127.0.0.1 --port N --workers 2 --threads 4`` serves it through
 ``api.server.serve`` itself, the function ``agentauth serve`` calls, with only the WSGI app
-swapped: the gunicorn options (worker class, workers, threads, timeouts, no access log) are
-therefore the service's own, not a copy that could drift.
+swapped: the server's options (granian's workers, the front's threads and deadlines, no access
+log) are therefore the service's own, not a copy that could drift.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ def main() -> None:
     from api import server
     from core.config import Settings
 
-    class BareServer(server._Server):  # type: ignore[misc,name-defined]
-        def load(self) -> Any:
-            return app
-
-    server._Server = BareServer  # type: ignore[attr-defined]  # this process serves only `app`
     print(f"bare app serving on http://{args.host}:{args.port}", flush=True)
-    server.serve(Settings(), args.host, args.port, args.workers, args.threads)
+    server.serve(Settings(), args.host, args.port, args.workers, args.threads, make_app=bare)
+
+
+def bare(_settings: Any) -> Flask:
+    """What each worker serves (module level: a worker may be spawned rather than forked)."""
+    return app
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""POST /v1/authorize over HTTP against a bare Flask JSON endpoint, both behind the same gunicorn.
+"""POST /v1/authorize over HTTP against a bare Flask JSON endpoint, both behind the same server.
 
 Each server runs on its own free 127.0.0.1 port, started here and stopped by its PID (SIGTERM,
 then SIGKILL) whatever happens. agentauth runs as ``agentauth serve`` does by default (2 gthread
@@ -191,10 +191,10 @@ PLACEMENT_CHECK_SECONDS = 0.3  # wrk has opened all its connections by then
 def run_spread(
     wrk: str, url: str, script: Path, concurrency: int, seconds: float, master: int
 ) -> Point:
-    """:func:`run_wrk`, but a run in which some gunicorn worker holds none of wrk's
+    """:func:`run_wrk`, but a run in which some worker holds none of wrk's
     connections is stopped after PLACEMENT_CHECK_SECONDS and started again.
 
-    wrk opens its connections in one burst, and the first gunicorn worker to wake up often
+    wrk opens its connections in one burst, and the first worker to wake up often
     accepts all of them: then one process serves the whole load while the other idles, and
     the point measures that accident (on 2 cores, the bare app drops from about 5,500 to about
     2,100 req/s at concurrency 8, authorize from about 950 to about 630). The same rule holds
@@ -234,7 +234,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def server_cpu_seconds(master: int) -> float:
-    """User + system CPU time consumed so far by ``master`` and its children (the gunicorn
+    """User + system CPU time consumed so far by ``master`` and its children (the server's
     arbiter and its workers, all their threads), from /proc."""
     total = 0
     for pid in (master, *_children(master)):
@@ -246,7 +246,7 @@ def server_cpu_seconds(master: int) -> float:
 
 def connections_per_worker(master: int, url: str) -> tuple[int, ...]:
     """How many established TCP connections to ``url``'s port each child process of
-    ``master`` (the gunicorn workers) holds, largest first; read from /proc."""
+    ``master`` (the server's workers) holds, largest first; read from /proc."""
     port = int(url.split(":")[2].split("/")[0])
     established = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -338,7 +338,7 @@ def running(
 def _ready(check: Callable[[], bool]) -> bool:
     try:
         return check()
-    except OSError:  # connection refused while gunicorn starts
+    except OSError:  # connection refused while the server starts
         return False
 
 

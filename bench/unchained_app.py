@@ -3,7 +3,7 @@ chain costs authorize is the difference between this server and the real one, me
 same run (bench.http_compare).
 
 Everything else is the service itself, started by its own command line. Two functions are
-replaced before gunicorn forks its workers (so the workers inherit them): making an entry's
+replaced before the server forks its workers (so the workers inherit them): making an entry's
 canonical JSON (``core.store.audit.leaf``) and reading, extending and writing the chain's heads
 (``core.hotpath.chain.Chain``). (The canonical JSON of a pending decision's parameters, made in
 ``core.hotpath.decisions``, stays: the bench's policy has none.) Entries are then written

@@ -35,6 +35,9 @@ class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     rate_limit_per_minute: int = 600
     max_body_bytes: int = 1024 * 1024
+    #: how long a client has to send a request's headers, and then its body (``agentauth
+    #: serve``): a connection whose headers are late is closed, a late body gets 408
+    read_timeout_seconds: int = 10
     sqlite_synchronous: str = "FULL"
     sqlite_busy_timeout_ms: int = 30_000
     #: where the controller caches parsed policy files ("" turns the cache off)
@@ -57,6 +60,7 @@ class Settings:
         settings = cls(
             database_url=env.get("AGENTAUTH_DATABASE_URL") or DEFAULT_DATABASE_URL,
             rate_limit_per_minute=_int(env, "AGENTAUTH_RATE_LIMIT_PER_MINUTE", 600),
+            read_timeout_seconds=_int(env, "AGENTAUTH_READ_TIMEOUT_SECONDS", 10),
             sqlite_synchronous=env.get("AGENTAUTH_SQLITE_SYNCHRONOUS", "FULL").upper(),
             sqlite_busy_timeout_ms=_int(env, "AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS", 30_000),
             cache_dir=env.get("AGENTAUTH_CACHE_DIR", _default_cache_dir(env)),
@@ -78,6 +82,8 @@ class Settings:
         """Refuse settings that cannot work, with a message naming the variable."""
         if self.rate_limit_per_minute < 1:
             raise ConfigError("AGENTAUTH_RATE_LIMIT_PER_MINUTE must be at least 1")
+        if not 1 <= self.read_timeout_seconds <= 3600:
+            raise ConfigError("AGENTAUTH_READ_TIMEOUT_SECONDS must be between 1 and 3600")
         if self.sqlite_busy_timeout_ms < 0:
             raise ConfigError("AGENTAUTH_SQLITE_BUSY_TIMEOUT_MS must not be negative")
         if self.max_policy_file_bytes < 1:

@@ -88,7 +88,7 @@ def stop_server(process: subprocess.Popen[bytes]) -> None:
 
 def kill_session(process: subprocess.Popen[bytes]) -> list[int]:
     """SIGKILL to the session leader ``process`` and to every other process of its session, by
-    PID, leader first (so a gunicorn master replaces no worker); returns the PIDs killed once
+    PID, leader first (so the master replaces no worker); returns the PIDs killed once
     none of them, nor any late fork, is alive."""
     killed: list[int] = []
     deadline = time.monotonic() + KILL_SECONDS
@@ -106,7 +106,7 @@ def kill_session(process: subprocess.Popen[bytes]) -> list[int]:
 
 @dataclass
 class ServerProcess:
-    """A server started by :func:`server_process`: its gunicorn master and whatever it forks."""
+    """A server started by :func:`server_process`: its master (granian's) and whatever it forks."""
 
     process: subprocess.Popen[bytes]
     base: str
@@ -122,7 +122,7 @@ class ServerProcess:
         return session_members(self.master)
 
     def workers(self) -> list[int]:
-        """The master's live child processes that are gunicorn's workers (not the webhook
+        """The master's live child processes that are its server workers (not the webhook
         delivery worker, its other child)."""
         return [pid for pid in children(self.master) if not is_delivery_worker(pid)]
 
@@ -185,7 +185,7 @@ def children(parent: int) -> list[int]:
 
 def is_delivery_worker(pid: int) -> bool:
     """Whether ``pid`` is the webhook delivery worker ``agentauth serve`` starts beside its
-    gunicorn workers (``python -m api.outbox``)."""
+    server workers (``python -m api.outbox``)."""
     try:
         return b"\0api.outbox\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:

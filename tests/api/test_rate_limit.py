@@ -59,7 +59,7 @@ def test_requests_without_a_valid_key_get_no_rate_headers(client):
 
 @pytest.mark.slow
 def test_exact_across_worker_processes(database_url, settings, clock):
-    """Three gunicorn workers, many concurrent requests: in every one-minute window exactly
+    """Three server workers, many concurrent requests: in every one-minute window exactly
     min(requests, limit) succeed."""
     app = create_app(settings)
     from tests.conftest import Tenant

@@ -3,8 +3,9 @@
 decision committed and audited, and then exit 0.
 
 "Stops accepting" is read off Linux's /proc: the worker takes its listening socket out of its
-event loop (gunicorn closes it only on exit, so the kernel still queues new connections; they
-are never served)."""
+event loop (the kernel may still queue new connections until the socket is closed on exit; they
+are never served). The request in flight is one whose body is still arriving: the server's
+front counts it from its headers on."""
 
 from __future__ import annotations
 

@@ -104,11 +104,11 @@ def test_invalid_rate_limit_setting_is_a_clear_error(runner, database_url):
 
 
 @pytest.mark.slow
-def test_serve_prints_its_base_url_and_serves_with_gunicorn(database_url):
+def test_serve_prints_its_base_url_and_serves_with_granian(database_url):
     with running_server(database_url, workers=1) as base:
         response = httpx.get(base + "/healthz")
         assert response.status_code == 200
-        assert response.headers["Server"].startswith("gunicorn")
+        assert response.headers["Server"] == "granian"
 
 
 def test_the_service_verbs_join_even_beside_a_stale_egg_info(tmp_path):

@@ -3,7 +3,7 @@ and nothing a client was told is lost.
 
 Each cycle serves the run's database with two workers while client threads send authorize
 calls (allowed, denied by a denylist, default-denied, and rate-limited ones); once enough
-answers have arrived, the gunicorn master and both workers are killed at once. Then, before the
+answers have arrived, the server's master and both workers are killed at once. Then, before the
 next server starts: every 200 answer has its audit entry, with the same decision; no call is
 audited twice or without having been made; the rate-limit counter agrees with the allowed
 entries it counted; and the database passes its integrity checks. Each restarted server serves

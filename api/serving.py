@@ -1,0 +1,300 @@
+"""The front between the HTTP server and the app: a request reaches a thread of the app only
+once it is whole.
+
+``agentauth serve`` runs granian (a Rust HTTP server) with its RSGI interface: each request
+arrives on the worker's event loop, where :class:`Front` reads its body with a deadline and a
+size limit, and only then runs the Flask app (a WSGI app) on one of a few threads. A client
+that sends its headers or body slowly, or never finishes them, holds a socket and a coroutine,
+never a thread: granian closes a connection whose headers do not arrive within the header
+deadline, and the front answers 408 to a body that does not arrive within the body deadline,
+without calling the app, so the request changes nothing. A request that announces a body
+without an API key of the right shape is refused (by the app's authentication, 401) before a
+byte of its body is read. Why this stack: bench/RESULTS.md, "Issue 22, finding 2".
+
+The front also answers, in the service's JSON error shape, what the app never sees: a request
+target longer than :data:`MAX_TARGET_BYTES` (414) and headers over :data:`MAX_HEADER_BYTES`
+(431). Granian answers, itself and with an empty body, a request it cannot parse (400), one of
+more than 100 header fields or of headers past its buffer of 400 KiB (431).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from flask import Flask
+
+from api.errors import error_body
+from api.metrics import IN_FLIGHT
+from api.observe import COUNTED, HEADER, NOSNIFF, log_access, request_id
+from core.store.keys import presented_key
+
+#: the longest request target (path and query) and the most header bytes a request may send
+MAX_TARGET_BYTES = 8 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+#: how much of a streamed answer (an export) a thread gathers before it is sent on
+STREAM_CHUNK_BYTES = 64 * 1024
+
+#: the request target and headers refused before the app: status, code, message
+_TARGET_TOO_LONG = (
+    414,
+    "URI_TOO_LONG",
+    f"the request target is longer than {MAX_TARGET_BYTES:,} bytes",
+)
+_HEADERS_TOO_LARGE = (
+    431,
+    "HEADERS_TOO_LARGE",
+    f"the request headers are larger than {MAX_HEADER_BYTES:,} bytes",
+)
+_CLOSE = ("Connection", "close")
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class Front:
+    """The RSGI app of a granian worker: reads each request whole, then runs ``app`` on a
+    thread of a pool of ``threads``."""
+
+    def __init__(self, app: Flask, threads: int, body_seconds: float) -> None:
+        self.app = app
+        self.wsgi: WSGIApp = app.wsgi_app
+        self.max_body: int = app.config["MAX_CONTENT_LENGTH"]
+        self.body_seconds = body_seconds
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="agentauth")
+        self.on_close: list[Callable[[], None]] = []
+
+    def __rsgi_init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        pass
+
+    def __rsgi_del__(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The worker is stopping, its requests answered: the threads, then whatever else the
+        worker holds (its database connections, its metrics files)."""
+        self.pool.shutdown(wait=True)
+        for close in self.on_close:
+            close()
+
+    async def __rsgi__(self, scope: Any, protocol: Any) -> None:
+        if scope.proto != "http":  # a WebSocket: this service has none
+            return
+        IN_FLIGHT.inc()  # from its headers on (api.observe.COUNTED)
+        try:
+            await self._serve(scope, protocol)
+        finally:
+            IN_FLIGHT.dec()
+
+    async def _serve(self, scope: Any, protocol: Any) -> None:
+        started = time.perf_counter()
+        headers = scope.headers
+        refusal = _refused_before_reading(scope, headers)
+        if refusal is not None:
+            self._answer_error(protocol, scope, headers, started, *refusal)
+            return
+        # what the app is told of the body: its length, once it is here whole
+        length = headers.get("content-length")
+        close = False
+        if length is None and "transfer-encoding" not in headers:
+            body, told = b"", None
+        elif length == "0":
+            body, told = b"", "0"
+        elif presented_key(headers.get("authorization")) is None:
+            # not read: the app refuses the request (401) as it does any without a key; the
+            # connection is closed after the answer, with the unread body on it
+            body, told, close = b"", "0", True
+        elif length is not None and length.isdigit() and int(length) > self.max_body:
+            # not read: the app answers 413 for the length announced, once the key is checked
+            body, told, close = b"", length, True
+        else:
+            try:
+                async with asyncio.timeout(self.body_seconds):
+                    body = await _read(protocol, self.max_body)
+            except TimeoutError:
+                self._answer_error(
+                    protocol, scope, headers, started, 408, "REQUEST_TIMEOUT",
+                    f"the request body did not arrive within {self.body_seconds:g} seconds",
+                )  # fmt: skip
+                return
+            except Exception:  # the client went away, or sent a malformed chunk
+                self._answer_error(
+                    protocol, scope, headers, started, 400, "VALIDATION_ERROR",
+                    "the request body could not be read",
+                )  # fmt: skip
+                return
+            # a body past the limit is handed on cut one byte past it, of no announced length:
+            # the app answers 413 (api.params.Request)
+            told = str(len(body)) if len(body) <= self.max_body else None
+            close = told is None
+        environ = _environ(scope, headers, body, told)
+        loop = asyncio.get_running_loop()
+        status, out_headers, first, rest = await loop.run_in_executor(
+            self.pool, _start, self.wsgi, environ
+        )
+        if close:
+            out_headers.append(_CLOSE)
+        if rest is None:
+            protocol.response_bytes(status, out_headers, first)
+            return
+        transport = protocol.response_stream(status, out_headers)
+        try:
+            chunk = first
+            while chunk:
+                await transport.send_bytes(chunk)
+                chunk = await loop.run_in_executor(self.pool, _gather, rest)
+        finally:
+            await loop.run_in_executor(self.pool, _close, rest)
+
+    def _answer_error(
+        self, protocol: Any, scope: Any, headers: Any, started: float, status: int, code: str,
+        message: str,
+    ) -> None:  # fmt: skip
+        """An answer of the front's own, in the service's error shape; the connection closes."""
+        data = json.dumps(error_body(code, message), separators=(",", ":")).encode()
+        rid = request_id(headers.get(HEADER.lower()) or "")
+        protocol.response_bytes(
+            status,
+            [("Content-Type", "application/json"), (HEADER, rid), NOSNIFF, _CLOSE],
+            data,
+        )
+        log_access(rid, scope.method, scope.path, status, started, None)
+
+
+def _refused_before_reading(scope: Any, headers: Any) -> tuple[int, str, str] | None:
+    if len(scope.path) + len(scope.query_string) > MAX_TARGET_BYTES:
+        return _TARGET_TOO_LONG
+    if sum(len(k) + len(v) for k, v in headers.items()) > MAX_HEADER_BYTES:
+        return _HEADERS_TOO_LARGE
+    return None
+
+
+async def _read(protocol: Any, limit: int) -> bytes:
+    """The whole body, or (when it runs past ``limit``) its first ``limit + 1`` bytes: the app
+    then answers 413, as it does for a body announced too long."""
+    parts: list[bytes] = []
+    size = 0
+    async for part in protocol:
+        parts.append(part)
+        size += len(part)
+        if size > limit:
+            break
+    return b"".join(parts)[: limit + 1]
+
+
+def _environ(scope: Any, headers: Any, body: bytes, length: str | None) -> dict[str, Any]:
+    """The WSGI environ of a request whose body is ``body``, of ``length`` (PEP 3333; None: a
+    body of no announced length, read until ``body`` ends)."""
+    server_host, _, server_port = scope.server.rpartition(":")
+    client_host, _, client_port = scope.client.rpartition(":")
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": scope.method,
+        "SCRIPT_NAME": "",
+        # WSGI's "bytes as latin-1" string of the path as sent, percent-decoded
+        "PATH_INFO": scope.path.encode("utf-8", "surrogateescape").decode("latin-1"),
+        "QUERY_STRING": scope.query_string,
+        "SERVER_NAME": server_host,
+        "SERVER_PORT": server_port,
+        "REMOTE_ADDR": client_host,
+        "REMOTE_PORT": client_port,
+        "SERVER_PROTOCOL": f"HTTP/{scope.http_version}",
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": scope.scheme,
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "wsgi.input_terminated": True,
+        COUNTED: True,
+    }
+    for name, value in headers.items():
+        if name == "content-length":
+            continue
+        if name == "content-type":
+            environ["CONTENT_TYPE"] = value
+            continue
+        if name == "transfer-encoding":
+            continue  # the body is here, whole: it has a length now
+        key = "HTTP_" + name.upper().replace("-", "_")
+        if key in environ:  # a field sent twice: one value, as RFC 9110 joins them
+            environ[key] += ("; " if key == "HTTP_COOKIE" else ", ") + value
+        else:
+            environ[key] = value
+    if length is not None:
+        environ["CONTENT_LENGTH"] = length
+    return environ
+
+
+class _Started:
+    __slots__ = ("headers", "status")
+
+    def __init__(self) -> None:
+        self.status = 500
+        self.headers: list[tuple[str, str]] = []
+
+    def __call__(
+        self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
+    ) -> Callable[[bytes], None]:
+        self.status = int(status[:3])
+        self.headers = headers
+        return _no_write
+
+
+def _no_write(_data: bytes) -> None:
+    raise RuntimeError("write() is not supported: return the body")
+
+
+def _start(
+    app: WSGIApp, environ: dict[str, Any]
+) -> tuple[int, list[tuple[str, str]], bytes, Iterator[bytes] | None]:
+    """On a thread: run the app, and gather its answer's body up to :data:`STREAM_CHUNK_BYTES`.
+    Returns the status, headers, that first part and, when more is to come, the rest to
+    stream (else None: the app's iterable is closed)."""
+    started = _Started()
+    result = app(environ, started)
+    if isinstance(result, list):  # the authorize fast path and most of Werkzeug's answers
+        _close(result)
+        return started.status, _without_length(started.headers), b"".join(result), None
+    chunks = iter(result)
+    first = _gather(chunks)
+    if len(first) < STREAM_CHUNK_BYTES:  # it fit: one answer with a length
+        _close(result)
+        return started.status, _without_length(started.headers), first, None
+    return started.status, started.headers, first, _Closing(chunks, result)
+
+
+def _without_length(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The server sets the length of a whole answer itself."""
+    return [(k, v) for k, v in headers if k.lower() != "content-length"]
+
+
+class _Closing(Iterator[bytes]):
+    def __init__(self, chunks: Iterator[bytes], result: Iterable[bytes]) -> None:
+        self.chunks = chunks
+        self.result = result
+
+    def __next__(self) -> bytes:
+        return next(self.chunks)
+
+    def close(self) -> None:
+        _close(self.result)
+
+
+def _gather(chunks: Iterator[bytes]) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= STREAM_CHUNK_BYTES:
+            break
+    return b"".join(parts)
+
+
+def _close(result: Any) -> None:
+    close = getattr(result, "close", None)
+    if close is not None:
+        close()
