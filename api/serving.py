@@ -52,6 +52,11 @@ _HEADERS_TOO_LARGE = (
     "HEADERS_TOO_LARGE",
     f"the request headers are larger than {MAX_HEADER_BYTES:,} bytes",
 )
+_CODING = (
+    400,
+    "VALIDATION_ERROR",
+    "Transfer-Encoding must be chunked (no other coding is decoded)",
+)
 _CLOSE = ("Connection", "close")
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -168,6 +173,11 @@ def _refused_before_reading(scope: Any, headers: Any) -> tuple[int, str, str] | 
         return _TARGET_TOO_LONG
     if sum(len(k) + len(v) for k, v in headers.items()) > MAX_HEADER_BYTES:
         return _HEADERS_TOO_LARGE
+    coding = headers.get("transfer-encoding")
+    if coding is not None and coding.strip().lower() != "chunked":
+        # the server frames the body by its last coding (chunked) but decodes no other: a body
+        # labelled gzip would reach the app still compressed, or pass for what it is not
+        return _CODING
     return None
 
 

@@ -133,3 +133,41 @@ def test_a_malformed_chunked_body_is_a_4xx(served, bad):
     base, key = served
     status, answer = exchange(base, head(key, "Transfer-Encoding: chunked\r\n"), bad)
     assert 400 <= status < 500, answer
+
+
+@pytest.mark.parametrize(
+    ("framing", "body"),
+    [
+        ("Transfer-Encoding: gzip, chunked\r\n", "chunked"),
+        ("Transfer-Encoding: gzip\r\n", "raw"),
+        ("Transfer-Encoding: identity\r\n", "raw"),
+        ("Content-Length: {n}\r\nContent-Length: 3\r\n", "raw"),
+    ],
+    ids=["gzip then chunked", "gzip alone", "identity", "two lengths"],
+)
+def test_a_body_in_a_coding_not_decoded_is_refused_and_changes_nothing(served, framing, body):
+    """A coding the server would not decode is refused, not taken for plain JSON."""
+    base, key = served
+    name = "coded-" + framing.split(":")[0].lower() + "-" + body + str(len(framing))
+    data = json.dumps({"name": name}).encode()
+    sent = chunked(data) if body == "chunked" else data
+    status, _answer = exchange(base, head(key, framing.format(n=len(data))), sent)
+    assert status == 400
+    assert name not in agent_names(base, key)
+
+
+def test_a_body_with_both_a_length_and_chunks_is_framed_by_its_chunks(served):
+    """The classic smuggling request: the length says 5, the chunks say more. The body is the
+    chunks' (or the request is refused), never the first 5 bytes with the rest taken for a
+    request of its own."""
+    base, key = served
+    data = json.dumps({"name": "framed-by-chunks"}).encode()
+    smuggled = b"GET /v1/agents/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    status, answer = exchange(
+        base,
+        head(key, "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"),
+        chunked(data) + smuggled,
+    )
+    assert status in (201, 400), answer
+    if status == 201:
+        assert answer["name"] == "framed-by-chunks"
