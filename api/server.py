@@ -14,6 +14,7 @@ import gc
 import glob
 import os
 import re
+import resource
 import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,7 @@ def _run(
     settings: Settings, host: str, port: int, workers: int, threads: int,
     make_app: Callable[[Settings], Flask] | None,
 ) -> None:  # fmt: skip
-    from granian.constants import Interfaces, Loops
+    from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
     from granian.server import Server
 
@@ -68,6 +69,8 @@ def _run(
         address=host,
         port=port,
         interface=Interfaces.RSGI,
+        # HTTP/1.1 only: HTTP/2 in clear text (h2c) would have no header deadline
+        http=HTTPModes.http1,
         workers=workers,
         loop=Loops.asyncio,
         backpressure=BACKPRESSURE,
@@ -78,8 +81,18 @@ def _run(
         log_access=False,  # the app writes one JSON line per request (api.observe)
     )
     configure_logging()  # the key filter on granian's handlers in the master
+    _more_files()
     # a module-level function: picklable, should a worker be spawned rather than forked
     server.serve(target_loader=functools.partial(_load, settings, threads, make_app))
+
+
+def _more_files() -> None:
+    """As many open files as the system lets this process have (the soft limit raised to the
+    hard one, inherited by the workers): each connection a worker holds, idle ones included,
+    is a file."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _load(
@@ -95,7 +108,7 @@ def _load(
     configure_logging()
     _sweep_dead_workers(multiprocess)
     app = (make_app or create_app)(settings)
-    front = Front(app, threads, settings.read_timeout_seconds)
+    front = Front(app, threads, settings.read_timeout_seconds, settings.max_body_bytes)
     if "agentauth" in app.extensions:
         front.on_close.append(app.extensions["agentauth"].close)
     pid = os.getpid()

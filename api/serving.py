@@ -22,15 +22,17 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import IO, Any
 
 from flask import Flask
 
-from api.errors import error_body
+from api.errors import error_body, render_error
 from api.metrics import IN_FLIGHT
 from api.observe import COUNTED, HEADER, NOSNIFF, log_access, request_id
 from core.store.keys import presented_key
@@ -38,8 +40,14 @@ from core.store.keys import presented_key
 #: the longest request target (path and query) and the most header bytes a request may send
 MAX_TARGET_BYTES = 8 * 1024
 MAX_HEADER_BYTES = 64 * 1024
-#: how much of a streamed answer (an export) a thread gathers before it is sent on
-STREAM_CHUNK_BYTES = 64 * 1024
+#: an answer longer than this (an export) is spooled to a file and sent from there
+SPOOL_BYTES = 1024 * 1024
+#: how long the front keeps its own handle on a spooled answer after handing it to granian,
+#: which opens the file again (by its /proc path) as it starts to send it
+SPOOL_HOLD_SECONDS = 60
+#: where a process finds its open files by number (Linux): how granian is given a file that
+#: has no name, so nothing is ever left on disk, even by a killed worker
+_OWN_FILES = "/proc/self/fd"
 
 #: the request target and headers refused before the app: status, code, message
 _TARGET_TOO_LONG = (
@@ -59,6 +67,8 @@ _CODING = (
 )
 _CLOSE = ("Connection", "close")
 
+_PROTOCOLS = {"1": "HTTP/1.0", "1.0": "HTTP/1.0", "1.1": "HTTP/1.1", "2": "HTTP/2"}
+
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
@@ -66,10 +76,10 @@ class Front:
     """The RSGI app of a granian worker: reads each request whole, then runs ``app`` on a
     thread of a pool of ``threads``."""
 
-    def __init__(self, app: Flask, threads: int, body_seconds: float) -> None:
+    def __init__(self, app: Flask, threads: int, body_seconds: float, max_body: int) -> None:
         self.app = app
         self.wsgi: WSGIApp = app.wsgi_app
-        self.max_body: int = app.config["MAX_CONTENT_LENGTH"]
+        self.max_body = max_body
         self.body_seconds = body_seconds
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="agentauth")
         self.on_close: list[Callable[[], None]] = []
@@ -130,28 +140,37 @@ class Front:
                     "the request body could not be read",
                 )  # fmt: skip
                 return
+            if length is not None and len(body) < int(length):  # the client half-closed
+                self._answer_error(
+                    protocol, scope, headers, started, 400, "VALIDATION_ERROR",
+                    f"the request body is shorter than its Content-Length ({length} bytes)",
+                )  # fmt: skip
+                return
             # a body past the limit is handed on cut one byte past it, of no announced length:
             # the app answers 413 (api.params.Request)
             told = str(len(body)) if len(body) <= self.max_body else None
             close = told is None
         environ = _environ(scope, headers, body, told)
-        loop = asyncio.get_running_loop()
-        status, out_headers, first, rest = await loop.run_in_executor(
-            self.pool, _start, self.wsgi, environ
+        # the whole request on one thread (the app's context vars stay on it), the answer
+        # whole when it returns: in memory, or spooled to a file when it is long
+        answer = await asyncio.get_running_loop().run_in_executor(
+            self.pool, _run, self.wsgi, environ
         )
+        if answer is None:  # the app failed part-way through a long answer (logged)
+            self._answer_error(
+                protocol, scope, headers, started, 500, "INTERNAL_ERROR", "unexpected server error"
+            )
+            return
+        status, out_headers, data, spooled = answer
         if close:
             out_headers.append(_CLOSE)
-        if rest is None:
-            protocol.response_bytes(status, out_headers, first)
+        if spooled is None:
+            protocol.response_bytes(status, out_headers, data)
             return
-        transport = protocol.response_stream(status, out_headers)
-        try:
-            chunk = first
-            while chunk:
-                await transport.send_bytes(chunk)
-                chunk = await loop.run_in_executor(self.pool, _gather, rest)
-        finally:
-            await loop.run_in_executor(self.pool, _close, rest)
+        # granian reads the file as the client takes it, so a slow reader holds no memory; it
+        # opens the file itself, a moment later, so this handle stays open a while
+        protocol.response_file(status, out_headers, f"{_OWN_FILES}/{spooled.fileno()}")
+        asyncio.get_running_loop().call_later(SPOOL_HOLD_SECONDS, spooled.close)
 
     def _answer_error(
         self, protocol: Any, scope: Any, headers: Any, started: float, status: int, code: str,
@@ -199,6 +218,7 @@ def _environ(scope: Any, headers: Any, body: bytes, length: str | None) -> dict[
     body of no announced length, read until ``body`` ends)."""
     server_host, _, server_port = scope.server.rpartition(":")
     client_host, _, client_port = scope.client.rpartition(":")
+    client_host = client_host.removeprefix("[").removesuffix("]")  # an IPv6 address, bare
     environ: dict[str, Any] = {
         "REQUEST_METHOD": scope.method,
         "SCRIPT_NAME": "",
@@ -209,7 +229,7 @@ def _environ(scope: Any, headers: Any, body: bytes, length: str | None) -> dict[
         "SERVER_PORT": server_port,
         "REMOTE_ADDR": client_host,
         "REMOTE_PORT": client_port,
-        "SERVER_PROTOCOL": f"HTTP/{scope.http_version}",
+        "SERVER_PROTOCOL": _PROTOCOLS.get(scope.http_version, "HTTP/1.1"),
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": scope.scheme,
         "wsgi.input": io.BytesIO(body),
@@ -228,6 +248,10 @@ def _environ(scope: Any, headers: Any, body: bytes, length: str | None) -> dict[
             continue
         if name == "transfer-encoding":
             continue  # the body is here, whole: it has a length now
+        if "_" in name:
+            # dropped, as gunicorn and Werkzeug do: X_Forwarded_For would pass for
+            # X-Forwarded-For once both are HTTP_X_FORWARDED_FOR
+            continue
         key = "HTTP_" + name.upper().replace("-", "_")
         if key in environ:  # a field sent twice: one value, as RFC 9110 joins them
             environ[key] += ("; " if key == "HTTP_COOKIE" else ", ") + value
@@ -257,51 +281,51 @@ def _no_write(_data: bytes) -> None:
     raise RuntimeError("write() is not supported: return the body")
 
 
-def _start(
+def _run(
     app: WSGIApp, environ: dict[str, Any]
-) -> tuple[int, list[tuple[str, str]], bytes, Iterator[bytes] | None]:
-    """On a thread: run the app, and gather its answer's body up to :data:`STREAM_CHUNK_BYTES`.
-    Returns the status, headers, that first part and, when more is to come, the rest to
-    stream (else None: the app's iterable is closed)."""
+) -> tuple[int, list[tuple[str, str]], bytes, IO[bytes] | None] | None:
+    """On a thread: run the app and take its whole answer. Returns the status, the headers,
+    and the body: in memory when it is at most :data:`SPOOL_BYTES` (or where there is no
+    /proc), else in a file of no name, returned open. An answer is never sent before it is
+    whole, so one that fails part-way (an export whose database went away) is a 500, not a
+    cut answer that looks complete; None then, the error logged."""
     started = _Started()
     result = app(environ, started)
-    if isinstance(result, list):  # the authorize fast path and most of Werkzeug's answers
+    spool: IO[bytes] | None = None
+    parts: list[bytes] = []
+    try:
+        size = 0
+        for chunk in result:
+            if spool is not None:
+                spool.write(chunk)
+                continue
+            parts.append(chunk)
+            size += len(chunk)
+            if size > SPOOL_BYTES and os.path.isdir(_OWN_FILES):
+                # a file with no name (O_TMPFILE, or unlinked at once): gone once closed
+                spool = tempfile.TemporaryFile(prefix="agentauth-answer-")  # noqa: SIM115
+                spool.writelines(parts)
+                parts = []
+    except Exception as exc:
+        if spool is not None:
+            spool.close()
+        render_error(exc)  # logged as an unexpected error, with its traceback
+        return None
+    finally:
         _close(result)
-        return started.status, _without_length(started.headers), b"".join(result), None
-    chunks = iter(result)
-    first = _gather(chunks)
-    if len(first) < STREAM_CHUNK_BYTES:  # it fit: one answer with a length
-        _close(result)
-        return started.status, _without_length(started.headers), first, None
-    return started.status, started.headers, first, _Closing(chunks, result)
+    headers = _without_length(started.headers)
+    if spool is None:
+        if environ["REQUEST_METHOD"] == "HEAD":  # the length a GET would have
+            headers = started.headers
+        return started.status, headers, b"".join(parts), None
+    spool.flush()
+    headers.append(("Content-Length", str(spool.tell())))
+    return started.status, headers, b"", spool
 
 
 def _without_length(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The server sets the length of a whole answer itself."""
     return [(k, v) for k, v in headers if k.lower() != "content-length"]
-
-
-class _Closing(Iterator[bytes]):
-    def __init__(self, chunks: Iterator[bytes], result: Iterable[bytes]) -> None:
-        self.chunks = chunks
-        self.result = result
-
-    def __next__(self) -> bytes:
-        return next(self.chunks)
-
-    def close(self) -> None:
-        _close(self.result)
-
-
-def _gather(chunks: Iterator[bytes]) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    for chunk in chunks:
-        parts.append(chunk)
-        size += len(chunk)
-        if size >= STREAM_CHUNK_BYTES:
-            break
-    return b"".join(parts)
 
 
 def _close(result: Any) -> None:
