@@ -28,6 +28,11 @@ lock: install ## re-lock after a change to setup.cfg; UPGRADE=1: everything to i
 	$(UV_COMPILE) --extra dev $(if $(UPGRADE),--upgrade) -o $(LOCK)/dev.txt
 	$(UV_COMPILE) --extra test -c $(LOCK)/dev.txt -o $(LOCK)/test.txt
 	$(UV_COMPILE) -c $(LOCK)/dev.txt -o $(LOCK)/run.txt
+	@# mcp 2.x: the test lock with mcp-override's pin, every other version as in dev.txt
+	grep -E '^[A-Za-z0-9_.-]+==' $(LOCK)/dev.txt | sed 's/ \\$$//' | grep -v '^mcp==' > $(LOCK)/.dev-pins.txt
+	$(UV_COMPILE) --extra test --override $(LOCK)/mcp2-override.txt -c $(LOCK)/.dev-pins.txt \
+		-o $(LOCK)/mcp2.txt
+	rm -f $(LOCK)/.dev-pins.txt
 
 run: install ## serve on http://127.0.0.1:8080 with SQLite (agentauth.db)
 	$(VENV)/bin/agentauth serve

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 import math
 import time
@@ -273,11 +274,23 @@ class Guard:
         return guarded  # type: ignore[return-value]
 
     def protect(self, server: Any) -> Any:
-        """Guard every tool of an MCP server (the official SDK's FastMCP) by its name; returns
-        the server. See :mod:`agentauth.mcp`."""
-        from agentauth.mcp import protect
-
+        """Guard every tool of an MCP server by its name; returns the server. The adapter is
+        chosen by the package the server's class comes from (:data:`ADAPTERS`): the guard
+        itself knows none of them, and imports one only when a server of its kind is given."""
+        package = type(server).__module__.partition(".")[0]
+        adapter = ADAPTERS.get(package)
+        if adapter is None:
+            known = ", ".join(sorted(ADAPTERS))
+            raise TypeError(
+                f"protect() takes an MCP server of a package it has an adapter for ({known}), "
+                f"not {type(server).__name__} of {package!r}"
+            )
+        protect: Callable[[Any, Guard], Any] = importlib.import_module(adapter).protect
         return protect(server, self)
+
+
+#: the adapter module for the servers of each package (``Guard.protect``)
+ADAPTERS = {"mcp": "agentauth.mcp"}
 
 
 _AMBIGUOUS = (

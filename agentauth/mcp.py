@@ -1,9 +1,11 @@
 """Every tool of an MCP server behind the guard, in one call: ``guard.protect(mcp)``.
 
-For servers built on the official ``mcp`` Python SDK's ``FastMCP`` (``mcp`` 1.x, see the README
-for the versions tested). The guard wraps the server's ``tools/call`` handler: each call is
-checked with the tool's name and the arguments exactly as the MCP client sent them, before the
-SDK validates or converts anything. A denied call answers ``isError: true`` with the text
+For servers built on the official ``mcp`` Python SDK, both lines (see the README for the
+versions tested): mcp 2.x's ``MCPServer`` and low-level ``Server``, where the guard is a
+middleware of the server's chain; mcp 1.x's ``FastMCP`` and low-level ``Server``, where it wraps
+the ``tools/call`` handler. Either way each call is checked with the tool's name and the
+arguments exactly as the MCP client sent them, before the SDK validates or converts anything.
+A denied call answers ``isError: true`` with the text
 ``Authorization denied: <reason>`` (also for tools that declare a structured output: the
 denial is not run through the tool's output schema) and never reaches the tool; an allowed call
 goes to the SDK's own handler unchanged. Tools added after ``protect`` are guarded too: the
@@ -19,6 +21,10 @@ wait below the MCP client's request time-out.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from agentauth.guard import DENIED_PREFIX
@@ -28,26 +34,105 @@ if TYPE_CHECKING:
 
 #: the attribute that marks a protected server (a second protect would check twice)
 _MARK = "_agentauth_guard"
+#: the tool a call of the protocol was checked for, while the SDK runs it (mcp 2.x)
+_CHECKED: ContextVar[str | None] = ContextVar("agentauth_mcp_checked", default=None)
 
 
 def protect(server: Any, guard: Guard) -> Any:
-    """Guard every tool of ``server`` (a ``FastMCP``); returns ``server``."""
+    """Guard every tool of ``server``; returns ``server``. mcp 2.x: an ``MCPServer`` or a
+    low-level ``Server``; mcp 1.x: a ``FastMCP`` or a low-level ``Server`` with its
+    ``tools/call`` handler registered."""
+    if getattr(server, _MARK, None) is not None:
+        raise ValueError("this server is already protected by a guard")
+    if importlib.util.find_spec("mcp.server.mcpserver") is None:  # mcp 1.x
+        return _protect_v1(server, guard)
+    return _protect_v2(server, guard)
+
+
+def _protect_v2(server: Any, guard: Guard) -> Any:
+    """mcp 2.x: a middleware on the server's chain, which sees every ``tools/call`` before the
+    SDK validates its parameters or looks the tool up, whatever registered the tool and when
+    (tools added after ``protect`` are guarded too)."""
+    # by name: this module is type-checked against one major of the SDK, and runs on both
+    types: Any = importlib.import_module("mcp.types")
+    Server: Any = importlib.import_module("mcp.server.lowlevel").Server  # noqa: N806
+    MCPServer: Any = importlib.import_module("mcp.server.mcpserver").MCPServer  # noqa: N806
+
+    if not isinstance(server, MCPServer | Server):
+        raise TypeError(
+            f"protect() takes an MCPServer or a low-level Server, not {type(server).__name__}"
+        )
+
+    def denial(reason: str) -> Any:
+        text = types.TextContent(type="text", text=DENIED_PREFIX + reason)
+        return types.CallToolResult(content=[text], is_error=True)
+
+    async def guarded(ctx: Any, call_next: Any) -> Any:
+        if ctx.method != "tools/call" or ctx.request_id is None:
+            return await call_next(ctx)
+        params = ctx.params or {}
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict | None):
+            return await call_next(ctx)  # malformed: the SDK refuses it, no tool runs
+        decision = await guard.check_async(name, arguments or {})
+        if not decision.allowed:
+            return denial(decision.reason)
+        checked = _CHECKED.set(name)  # MCPServer's handler calls call_tool: checked once
+        try:
+            return await call_next(ctx)
+        finally:
+            _CHECKED.reset(checked)
+
+    # innermost of the middleware given so far: the check sees the call as the tool gets it
+    server.middleware.append(guarded)
+    setattr(server, _MARK, guard)
+    if isinstance(server, MCPServer):
+        _guard_in_process_calls(server, guard, denial)
+    return server
+
+
+def _guard_in_process_calls(server: Any, guard: Guard, denial: Callable[[str], Any]) -> None:
+    """``server.call_tool`` (code calling a tool in process, past the protocol) checked too."""
+    call_tool = server.call_tool
+
+    async def guarded_call_tool(name: str, arguments: dict[str, Any], *rest: Any, **kw: Any) -> Any:
+        if _CHECKED.get() != name:  # (the middleware checked a call of the protocol already)
+            decision = await guard.check_async(name, arguments or {})
+            if not decision.allowed:
+                return denial(decision.reason)
+        unchecked = _CHECKED.set(None)  # a tool that calls a tool: that call is checked
+        try:
+            return await call_tool(name, arguments, *rest, **kw)
+        finally:
+            _CHECKED.reset(unchecked)
+
+    server.call_tool = guarded_call_tool
+
+
+def _protect_v1(server: Any, guard: Guard) -> Any:
     try:
         from mcp import types
         from mcp.server.fastmcp import FastMCP
-    except ImportError as exc:  # mcp 2 removed FastMCP; or mcp is not installed
+        from mcp.server.lowlevel import Server
+    except ImportError as exc:  # mcp is not installed
         raise ImportError(
-            "agentauth.mcp needs the mcp SDK 1.x with FastMCP: pip install 'agentauth[mcp]' "
-            f"({exc})"
+            f"agentauth.mcp needs the mcp SDK: pip install 'agentauth[mcp]' ({exc})"
         ) from None
-    if not isinstance(server, FastMCP):
-        raise TypeError(f"protect() takes a FastMCP server, not {type(server).__name__}")
-    if getattr(server, _MARK, None) is not None:
-        raise ValueError("this server is already protected by a guard")
-    handlers = server._mcp_server.request_handlers
+    if isinstance(server, FastMCP):
+        lowlevel = server._mcp_server
+    elif isinstance(server, Server):
+        lowlevel = server
+    else:
+        raise TypeError(
+            f"protect() takes a FastMCP or a low-level Server, not {type(server).__name__}"
+        )
+    handlers = lowlevel.request_handlers
     handle_call = handlers.get(types.CallToolRequest)
     if handle_call is None:
-        raise TypeError("this FastMCP server has no tools/call handler to guard")
+        raise TypeError(
+            "this server has no tools/call handler to guard yet: register it "
+            "(@server.call_tool()) before protect()"
+        )
 
     def denial(reason: str) -> types.CallToolResult:
         text = types.TextContent(type="text", text=DENIED_PREFIX + reason)
@@ -60,17 +145,9 @@ def protect(server: Any, guard: Guard) -> Any:
             return types.ServerResult(denial(decision.reason))
         return await handle_call(request)  # the SDK's own: validation, conversion, output
 
-    call_tool = server.call_tool
-
-    async def guarded_call_tool(name: str, arguments: dict[str, Any]) -> Any:
-        """The same check for code that calls ``server.call_tool`` directly."""
-        decision = await guard.check_async(name, arguments or {})
-        if not decision.allowed:
-            return denial(decision.reason)
-        return await call_tool(name, arguments)
-
-    # wrapping the registered handler keeps whatever options FastMCP registered it with
+    # wrapping the registered handler keeps whatever options the SDK registered it with
     handlers[types.CallToolRequest] = guarded_request
-    server.call_tool = guarded_call_tool  # type: ignore[method-assign]
     setattr(server, _MARK, guard)
+    if isinstance(server, FastMCP):
+        _guard_in_process_calls(server, guard, denial)
     return server

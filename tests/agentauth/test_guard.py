@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from agentauth import AsyncAuthzClient, AuthzClient, Guard, denied_result
+from tests.agentauth.cases import each_case, judge, stand_in
 from tests.agentauth.faults import faulty_service
 from tests.server import free_port
 
@@ -112,45 +113,6 @@ def test_methods_are_guarded_without_self_in_the_parameters():
     }
 
 
-FAULTS = {
-    # name: (status, body, headers, hold)
-    "500": (500, b'{"error": {"code": "INTERNAL_ERROR", "message": "boom"}}', {}, False),
-    "garbage": (200, b"\x00\xffnot json at all", {}, False),
-    "deep-json": (200, b"[" * 100_000, {}, False),
-    "huge-200": (200, b" " * 100_000 + b'{"allowed": true}', {}, False),
-    "time-out": (200, b"", {}, True),
-    "401": (401, b'{"error": {"code": "UNAUTHORIZED", "message": "invalid API key"}}', {}, False),
-    "401-huge": (401, b"x" * 200_000, {}, False),
-    "403": (403, b'{"error": {"code": "INSUFFICIENT_SCOPE", "message": "no"}}', {}, False),
-    "400": (400, b'{"error": {"code": "VALIDATION_ERROR", "message": "bad"}}', {}, False),
-    "404": (404, b'{"error": {"code": "NOT_FOUND", "message": "no such route"}}', {}, False),
-    "302": (302, b"", {"Location": "https://127.0.0.1:1/v1/authorize"}, False),
-    "204": (204, b"", {}, False),
-    "429": (
-        429,
-        b'{"error": {"code": "RATE_LIMITED", "message": "slow down"}}',
-        {"Retry-After": "7"},
-        False,
-    ),
-    "denied-but-malformed": (
-        200,
-        b'{"allowed": false, "latencyMs": "3", "ruleIndex": 1.5}',
-        {},
-        False,
-    ),
-}
-UNREACHABLE = {"closed-port", "500", "garbage", "deep-json", "huge-200", "time-out"}
-REFUSED_CODES = {
-    "401": "UNAUTHORIZED",
-    "401-huge": "HTTP 401",
-    "403": "INSUFFICIENT_SCOPE",
-    "400": "VALIDATION_ERROR",
-    "404": "NOT_FOUND",
-    "302": "UNEXPECTED_STATUS",
-    "204": "UNEXPECTED_STATUS",
-}
-
-
 def _guarded_call(
     base: str, on_error: str, asynchronous: bool, timeout: float
 ) -> tuple[object, Calls]:
@@ -173,37 +135,20 @@ def _guarded_call(
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("on_error", ["deny", "allow"])
-@pytest.mark.parametrize("fault", ["closed-port", *FAULTS])
-def test_failures_deny_unless_unreachable_and_on_error_allows(fault, on_error, asynchronous):
-    timeout = 0.3 if fault == "time-out" else 10.0  # only the hold must outlast the client
-    if fault == "closed-port":
-        result, calls = _guarded_call(
-            f"http://127.0.0.1:{free_port()}", on_error, asynchronous, timeout
-        )
-    else:
-        status, body, headers, hold = FAULTS[fault]
-        with faulty_service(status, body, headers=headers, hold=hold) as (base, _):
-            result, calls = _guarded_call(base, on_error, asynchronous, timeout)
-    runs = fault in UNREACHABLE and on_error == "allow"
-    assert (calls.seen != []) is runs
-    if runs:
+@each_case()
+def test_every_case_of_the_shared_table(case, on_error, asynchronous):
+    """conformance/guard-cases.yaml, through a decorated handler, sync and async."""
+    with stand_in(case) as base:
+        result, calls = _guarded_call(base, on_error, asynchronous, case.timeout)
+    ran = calls.seen != []
+    if ran:
         assert result == "create ran"
-        return
-    assert isinstance(result, dict)
-    assert result["isError"] is True
-    text = result["content"][0]["text"]
-    assert text.startswith("Authorization denied: ")
-    assert KEY not in text
-    assert len(text) < 2_000
-    if fault in UNREACHABLE:
-        assert "authorization service unreachable" in text
-    elif fault == "429":
-        assert "retry in 7 s" in text
-    elif fault == "denied-but-malformed":
-        assert text == "Authorization denied: denied by the authorization service"
-    else:
-        assert REFUSED_CODES[fault] in text
+    denial = None
+    if not ran:
+        assert isinstance(result, dict)
+        assert result["isError"] is True
+        denial = result["content"][0]["text"]
+    judge(case, on_error, ran, denial, KEY)
 
 
 def test_a_body_trickled_past_the_deadline_counts_as_unreachable():

@@ -8,11 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from mcp import types
 from mcp.server.fastmcp import FastMCP
+from mcp.server.lowlevel import Server
 from mcp.shared.memory import create_connected_server_and_client_session
 from pydantic import BaseModel
 
 from agentauth import AsyncAuthzClient, AuthzClient, Guard
+from tests.agentauth.cases import each_case, judge, stand_in
 
 pytestmark = pytest.mark.anyio
 
@@ -170,7 +173,7 @@ async def test_protect_refuses_a_second_guard_and_other_objects(agent_id):
     server = guard.protect(build_server([]))
     with pytest.raises(ValueError, match="already protected"):
         guard.protect(server)
-    with pytest.raises(TypeError, match="FastMCP"):
+    with pytest.raises(TypeError, match="an adapter for"):
         guard.protect(object())
 
 
@@ -200,3 +203,57 @@ async def test_calling_a_tool_in_process_is_guarded_too(service, api_key, agent_
     assert denied.content[0].text.startswith("Authorization denied: ")
     assert ran == ["echo"]
     assert allowed is not None
+
+
+TABLE_KEY = "svc_" + "4" * 32
+
+
+@each_case()
+async def test_every_case_of_the_shared_table(case, on_error):
+    """conformance/guard-cases.yaml, through a FastMCP server and the SDK's own client."""
+    ran: list[str] = []
+    with stand_in(case) as base:
+        client = AsyncAuthzClient(base, TABLE_KEY, timeout=case.timeout)
+        server = Guard(client, "agent", on_error=on_error).protect(build_server(ran))
+        result = await call(server, "echo", {"text": "hi"})
+    was_run = ran == ["echo"]
+    assert result.isError is (not was_run)
+    judge(case, on_error, was_run, None if was_run else result.content[0].text, TABLE_KEY)
+
+
+def build_lowlevel_server(ran: list[str]) -> Server:
+    """The SDK's low-level Server, with its one tools/call handler."""
+    server = Server("lowlevel")
+
+    @server.list_tools()
+    async def list_tools() -> list[types.Tool]:
+        schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+        return [types.Tool(name="echo", description="echo", inputSchema=schema)]
+
+    @server.call_tool()
+    async def call_tool(name: str, arguments: dict[str, Any]) -> list[types.TextContent]:
+        ran.append(name)
+        return [types.TextContent(type="text", text=arguments["text"])]
+
+    return server
+
+
+@each_case()
+async def test_every_case_of_the_shared_table_on_a_lowlevel_server(case, on_error):
+    ran: list[str] = []
+    with stand_in(case) as base:
+        client = AsyncAuthzClient(base, TABLE_KEY, timeout=case.timeout)
+        server = Guard(client, "agent", on_error=on_error).protect(build_lowlevel_server(ran))
+        async with create_connected_server_and_client_session(server) as session:
+            result = await session.call_tool("echo", {"text": "hi"})
+    was_run = ran == ["echo"]
+    assert result.isError is (not was_run)
+    if was_run:
+        assert result.content[0].text == "hi"
+    judge(case, on_error, was_run, None if was_run else result.content[0].text, TABLE_KEY)
+
+
+async def test_a_lowlevel_server_without_its_call_handler_is_refused():
+    guard = Guard(AsyncAuthzClient("http://127.0.0.1:1", TABLE_KEY), "agent")
+    with pytest.raises(TypeError, match="before protect"):
+        guard.protect(Server("empty"))
