@@ -28,9 +28,9 @@ lock: install ## re-lock after a change to setup.cfg; UPGRADE=1: everything to i
 	$(UV_COMPILE) --extra dev $(if $(UPGRADE),--upgrade) -o $(LOCK)/dev.txt
 	$(UV_COMPILE) --extra test -c $(LOCK)/dev.txt -o $(LOCK)/test.txt
 	$(UV_COMPILE) -c $(LOCK)/dev.txt -o $(LOCK)/run.txt
-	@# mcp 2.x: the test lock with mcp-override's pin, every other version as in dev.txt
+	@# the MCP 2 line: the test lock with mcp2.in's pins, every other version as in dev.txt
 	grep -E '^[A-Za-z0-9_.-]+==' $(LOCK)/dev.txt | sed 's/ \\$$//' | grep -v '^mcp==' > $(LOCK)/.dev-pins.txt
-	$(UV_COMPILE) --extra test --override $(LOCK)/mcp2-override.txt -c $(LOCK)/.dev-pins.txt \
+	$(UV_COMPILE) $(LOCK)/mcp2.in --extra test --override $(LOCK)/mcp2.in -c $(LOCK)/.dev-pins.txt \
 		-o $(LOCK)/mcp2.txt
 	rm -f $(LOCK)/.dev-pins.txt
 

@@ -2,7 +2,8 @@
 suite's (``requirements/test.txt``): each session installs its lock (with hashes, as the main
 suite does) and runs the tests of that line. ``.ci/run`` runs every session.
 
-    .venv/bin/nox -s mcp2      # the guard's adapter on mcp 2.x (the main suite pins 1.x)
+    .venv/bin/nox -s mcp2      # the guard's adapters on mcp 2.x and fastmcp 4.x (the main
+                               # suite pins mcp 1.x)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ def _install(session: nox.Session, lock: str) -> None:
 
 @nox.session(name="mcp2")
 def mcp2(session: nox.Session) -> None:
-    """mcp 2.x: MCPServer and the low-level Server, guarded (tests/agentauth/mcp2)."""
+    """mcp 2.x (MCPServer, the low-level Server) and fastmcp 4.x, guarded
+    (tests/agentauth/mcp2)."""
     _install(session, "requirements/mcp2.txt")
     session.run("python", "-m", "pytest", "-q", "tests/agentauth/mcp2", *session.posargs)

@@ -290,7 +290,7 @@ class Guard:
 
 
 #: the adapter module for the servers of each package (``Guard.protect``)
-ADAPTERS = {"mcp": "agentauth.mcp"}
+ADAPTERS = {"mcp": "agentauth.mcp", "fastmcp": "agentauth.fastmcp"}
 
 
 _AMBIGUOUS = (

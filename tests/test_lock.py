@@ -133,12 +133,13 @@ def test_this_environment_was_installed_from_the_lock():
 
 def test_the_mcp2_lock_is_the_test_lock_but_for_the_mcp_line():
     """requirements/mcp2.txt (nox -s mcp2) differs from test.txt only where mcp 2.x needs it:
-    its mcp is the override's, and every package both locks hold that mcp 2.x does not bring
+    its mcp and fastmcp are mcp2.in's, and every package both locks hold that mcp 2.x does not bring
     has the test lock's version, so its session tests the same service."""
-    override = (LOCKS / "mcp2-override.txt").read_text()
-    [pin] = [Requirement(line) for line in override.splitlines() if line and line[0] != "#"]
+    wanted = (LOCKS / "mcp2.in").read_text().splitlines()
+    pins = [Requirement(line) for line in wanted if line and line[0] != "#"]
     mcp2, test = read_lock("mcp2.txt"), read_lock("test.txt")
-    assert mcp2["mcp"].version == str(pin.specifier).removeprefix("==")
+    for pin in pins:
+        assert mcp2[canonicalize_name(pin.name)].version == str(pin.specifier).removeprefix("==")
     assert test["mcp"].version.split(".")[0] == "1"
     assert mcp2["mcp"].version.split(".")[0] == "2"
     for name in ("flask", "sqlalchemy", "httpx", "anyio", "pytest", "granian", "psycopg"):

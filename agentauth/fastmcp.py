@@ -1,0 +1,57 @@
+"""Every tool of a server built with the standalone ``fastmcp`` package (4.x) behind the guard,
+in one call: ``guard.protect(mcp)``.
+
+The guard is a FastMCP middleware (``on_call_tool``), not a wrapper of functions: every tool
+call the server runs goes through it, whatever registered the tool and when, tools of servers
+mounted on this one included. Each call is checked with the tool's name and its arguments as
+the client sent them. A denied call never reaches the tool: the client gets ``isError: true``
+and the text ``Authorization denied: <reason>``, the text of :mod:`agentauth.guard` for an
+escalation too (approval required, which approval, until when). Install with
+``pip install 'agentauth[fastmcp]'``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from agentauth.guard import DENIED_PREFIX
+
+if TYPE_CHECKING:
+    from agentauth.guard import Guard
+
+#: the attribute that marks a protected server (a second protect would check twice)
+_MARK = "_agentauth_guard"
+
+
+def protect(server: Any, guard: Guard) -> Any:
+    """Guard every tool of ``server`` (a ``fastmcp.FastMCP``); returns ``server``."""
+    try:
+        # by name: the package is optional, and not installed where the main suite runs
+        fastmcp: Any = importlib.import_module("fastmcp")
+        middleware: Any = importlib.import_module("fastmcp.server.middleware")
+        tools: Any = importlib.import_module("fastmcp.tools")
+        types: Any = importlib.import_module("mcp_types")
+    except ImportError as exc:
+        raise ImportError(
+            f"agentauth.fastmcp needs fastmcp 4.x: pip install 'agentauth[fastmcp]' ({exc})"
+        ) from None
+    if not isinstance(server, fastmcp.FastMCP):
+        raise TypeError(f"protect() takes a fastmcp.FastMCP, not {type(server).__name__}")
+    if getattr(server, _MARK, None) is not None:
+        raise ValueError("this server is already protected by a guard")
+
+    class Guarded(middleware.Middleware):  # type: ignore[misc]
+        """Checks each tool call before the tool runs."""
+
+        async def on_call_tool(self, context: Any, call_next: Any) -> Any:
+            message = context.message
+            decision = await guard.check_async(message.name, message.arguments or {})
+            if not decision.allowed:
+                text = types.TextContent(type="text", text=DENIED_PREFIX + decision.reason)
+                return tools.ToolResult(content=[text], is_error=True)
+            return await call_next(context)
+
+    server.add_middleware(Guarded())
+    setattr(server, _MARK, guard)
+    return server
