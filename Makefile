@@ -6,6 +6,8 @@ FUZZ_EXAMPLES ?= 1000
 
 .DEFAULT_GOAL := help
 LOCK := requirements
+#: the environments of noxfile.py, each locked from requirements/<name>.in
+NOX_ENVS := mcp2 frameworks
 .PHONY: help install lock run test test-pg fuzz lint format types imports check bench screenshots clean
 
 help: ## list the targets
@@ -28,10 +30,16 @@ lock: install ## re-lock after a change to setup.cfg; UPGRADE=1: everything to i
 	$(UV_COMPILE) --extra dev $(if $(UPGRADE),--upgrade) -o $(LOCK)/dev.txt
 	$(UV_COMPILE) --extra test -c $(LOCK)/dev.txt -o $(LOCK)/test.txt
 	$(UV_COMPILE) -c $(LOCK)/dev.txt -o $(LOCK)/run.txt
-	@# the MCP 2 line: the test lock with mcp2.in's pins, every other version as in dev.txt
-	grep -E '^[A-Za-z0-9_.-]+==' $(LOCK)/dev.txt | sed 's/ \\$$//' | grep -v '^mcp==' > $(LOCK)/.dev-pins.txt
-	$(UV_COMPILE) $(LOCK)/mcp2.in --extra test --override $(LOCK)/mcp2.in -c $(LOCK)/.dev-pins.txt \
-		-o $(LOCK)/mcp2.txt
+	@# each environment of noxfile.py: the test lock with requirements/ENV.in's pins added, or in
+	@# place of its own (ENV.in is read as requirements and as overrides); every other version
+	@# as in dev.txt
+	for env in $(NOX_ENVS); do \
+		names=$$(grep -Eo '^[A-Za-z0-9_.-]+' $(LOCK)/$$env.in | paste -sd'|'); \
+		grep -E '^[A-Za-z0-9_.-]+==' $(LOCK)/dev.txt | sed 's/ \\$$//' \
+			| grep -Ev "^($$names)==" > $(LOCK)/.dev-pins.txt; \
+		$(UV_COMPILE) $(LOCK)/$$env.in --extra test --override $(LOCK)/$$env.in \
+			-c $(LOCK)/.dev-pins.txt -o $(LOCK)/$$env.txt || exit 1; \
+	done
 	rm -f $(LOCK)/.dev-pins.txt
 
 run: install ## serve on http://127.0.0.1:8080 with SQLite (agentauth.db)

@@ -4,6 +4,7 @@ suite does) and runs the tests of that line. ``.ci/run`` runs every session.
 
     .venv/bin/nox -s mcp2      # the guard's adapters on mcp 2.x and fastmcp 4.x (the main
                                # suite pins mcp 1.x)
+    .venv/bin/nox -s frameworks  # the agent frameworks' integrations
 """
 
 from __future__ import annotations
@@ -25,3 +26,10 @@ def mcp2(session: nox.Session) -> None:
     (tests/agentauth/mcp2)."""
     _install(session, "requirements/mcp2.txt")
     session.run("python", "-m", "pytest", "-q", "tests/agentauth/mcp2", *session.posargs)
+
+
+@nox.session(name="frameworks")
+def frameworks(session: nox.Session) -> None:
+    """The agent frameworks' integrations (tests/agentauth/frameworks)."""
+    _install(session, "requirements/frameworks.txt")
+    session.run("python", "-m", "pytest", "-q", "tests/agentauth/frameworks", *session.posargs)
