@@ -56,3 +56,16 @@ def agent_id(client: Any, admin_headers: dict[str, str]) -> str:
 def api_key(workspace: Tenant) -> str:
     """A read-only key: all an agent needs to ask for decisions."""
     return workspace.key("read-only")
+
+
+@pytest.fixture
+def example_agent(client: Any, admin_headers: dict[str, str]) -> str:
+    """An agent for the examples of examples/ (tests/agentauth/examples.py): ``calendar.*``
+    allowed, nothing else."""
+    from tests.agentauth.examples import RULES as EXAMPLE_RULES
+
+    agent = client.post("/v1/agents", json={"name": "example-bot"}, headers=admin_headers)
+    assert agent.status_code == 201, agent.get_data(as_text=True)
+    body = {"agent_id": agent.json["id"], "name": "calendar-only", "rules": EXAMPLE_RULES}
+    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    return str(agent.json["id"])
