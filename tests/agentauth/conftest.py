@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import Tenant
@@ -33,6 +34,16 @@ RULES: list[dict[str, Any]] = [
         "parameters": {"amount": {"min": 0, "max": 100}, "currency": {"enum": ["EUR", "USD"]}},
     },
     {"type": "tool_allowlist", "tools": ["calendar.*", "payments.refund", "echo", "add"]},
+]
+
+
+APPROVAL_RULES: list[dict[str, Any]] = [
+    {
+        "type": "require_approval",
+        "tools": ["payments.refund"],
+        "parameters": {"amount": {"max": 1000}},
+    },
+    {"type": "tool_allowlist", "tools": ["payments.refund"]},
 ]
 
 
@@ -69,3 +80,30 @@ def example_agent(client: Any, admin_headers: dict[str, str]) -> str:
     body = {"agent_id": agent.json["id"], "name": "calendar-only", "rules": EXAMPLE_RULES}
     assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
     return str(agent.json["id"])
+
+
+@pytest.fixture
+def approval_agent(client: Any, admin_headers: dict[str, str]) -> str:
+    """An agent whose refunds above 1,000 need a human."""
+    agent = client.post("/v1/agents", json={"name": "refund-bot"}, headers=admin_headers)
+    assert agent.status_code == 201, agent.get_data(as_text=True)
+    body = {"agent_id": agent.json["id"], "name": "big-refunds", "rules": APPROVAL_RULES}
+    policy = client.post("/v1/policies", json=body, headers=admin_headers)
+    assert policy.status_code == 201, policy.get_data(as_text=True)
+    return str(agent.json["id"])
+
+
+@pytest.fixture
+def approve(service: str, workspace: Tenant) -> Any:
+    """``approve(approval_id)``: a person approves it, with an approver key, over HTTP."""
+
+    def decide(approval_id: str) -> None:
+        answer = httpx.post(
+            f"{service}/v1/approvals/{approval_id}/approve",
+            json={"comment": "approved by the test"},
+            headers={"Authorization": f"Bearer {workspace.key('approver')}"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+
+    return decide

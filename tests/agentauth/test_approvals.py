@@ -52,26 +52,7 @@ SYNC_SECONDS = 20
 
 # ------------------------------------------------------------------ against a real server
 
-APPROVAL_RULES: list[dict[str, Any]] = [
-    {
-        "type": "require_approval",
-        "tools": ["payments.refund"],
-        "parameters": {"amount": {"max": 1000}},
-    },
-    {"type": "tool_allowlist", "tools": ["payments.refund"]},
-]
 BIG = {"amount": 5000, "currency": "EUR"}
-
-
-@pytest.fixture
-def approval_agent(client: Any, admin_headers: dict[str, str]) -> str:
-    """An agent whose refunds above 1,000 need a human."""
-    agent = client.post("/v1/agents", json={"name": "refund-bot"}, headers=admin_headers)
-    assert agent.status_code == 201, agent.get_data(as_text=True)
-    body = {"agent_id": agent.json["id"], "name": "big-refunds", "rules": APPROVAL_RULES}
-    policy = client.post("/v1/policies", json=body, headers=admin_headers)
-    assert policy.status_code == 201, policy.get_data(as_text=True)
-    return str(agent.json["id"])
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -20,7 +19,6 @@ from langgraph.types import Command
 from agentauth import AuthzClient, Guard
 from agentauth.langchain import guarded
 from tests.agentauth.cases import each_case, judge, stand_in
-from tests.agentauth.test_approvals import APPROVAL_RULES
 
 KEY = "svc_" + "a" * 32
 
@@ -105,12 +103,9 @@ def test_a_real_decision_runs_the_tool_or_answers_the_model(
 
 
 def test_an_escalation_is_langgraphs_interrupt_and_runs_once_approved(
-    service, client, admin_headers, workspace
+    service, approval_agent, approve, workspace
 ):
-    agent = client.post("/v1/agents", json={"name": "refund-bot"}, headers=admin_headers)
-    agent_id = agent.json["id"]
-    body = {"agent_id": agent_id, "name": "big-refunds", "rules": APPROVAL_RULES}
-    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    agent_id = approval_agent
     ran: list[int] = []
     guard = Guard(AuthzClient(service, workspace.key("read-only")), agent_id)
     bot = create_agent(
@@ -124,13 +119,7 @@ def test_an_escalation_is_langgraphs_interrupt_and_runs_once_approved(
     approval_id = pause.value["agentauth_approval_id"]
     assert ran == []
 
-    decided = httpx.post(
-        f"{service}/v1/approvals/{approval_id}/approve",
-        json={"comment": "fine"},
-        headers={"Authorization": f"Bearer {workspace.key('approver')}"},
-        timeout=30,
-    )
-    assert decided.status_code == 200, decided.text
+    approve(approval_id)
     resumed = bot.invoke(Command(resume=True), thread)
     assert ran == [5000]
     assert tool_messages(resumed)[-1].content == "refunded 5000 EUR"

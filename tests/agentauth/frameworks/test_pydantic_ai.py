@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -18,7 +17,6 @@ from pydantic_ai.models.test import TestModel
 from agentauth import AsyncAuthzClient, Guard
 from agentauth.pydantic_ai import guarded
 from tests.agentauth.cases import each_case, judge, stand_in
-from tests.agentauth.test_approvals import APPROVAL_RULES
 
 pytestmark = pytest.mark.anyio
 
@@ -108,12 +106,9 @@ async def test_a_real_decision_runs_the_tool_or_answers_the_model(
 
 
 async def test_an_escalation_is_pydantic_ais_approval_and_runs_once_approved(
-    service, client, admin_headers, workspace
+    service, approval_agent, approve, workspace
 ):
-    agent = client.post("/v1/agents", json={"name": "refund-bot"}, headers=admin_headers)
-    agent_id = agent.json["id"]
-    body = {"agent_id": agent_id, "name": "big-refunds", "rules": APPROVAL_RULES}
-    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    agent_id = approval_agent
     ran: list[int] = []
 
     async def refund(amount: int, currency: str) -> str:
@@ -143,13 +138,7 @@ async def test_an_escalation_is_pydantic_ais_approval_and_runs_once_approved(
     assert ran == []
     assert returns(early)[-1].startswith("Authorization denied: approval required")
 
-    decided = httpx.post(
-        f"{service}/v1/approvals/{approval_id}/approve",
-        json={"comment": "fine"},
-        headers={"Authorization": f"Bearer {workspace.key('approver')}"},
-        timeout=30,
-    )
-    assert decided.status_code == 200, decided.text
+    approve(approval_id)
     resumed = await bot.run(
         message_history=first.all_messages(),
         deferred_tool_results=DeferredToolResults(approvals={call.tool_call_id: True}),
