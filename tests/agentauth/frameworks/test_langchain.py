@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -16,7 +17,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from agentauth import AuthzClient, Guard
+from agentauth import AsyncAuthzClient, AuthzClient, Guard
 from agentauth.langchain import guarded
 from tests.agentauth.cases import each_case, judge, stand_in
 
@@ -77,20 +78,22 @@ def test_every_case_of_the_shared_table(case, on_error):
     judge(case, on_error, was_run, None if was_run else str(message.content), KEY)
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
 @pytest.mark.parametrize(
     ("amount", "runs"), [(25, True), (2500, False)], ids=["allowed", "denied by a limit"]
 )
 def test_a_real_decision_runs_the_tool_or_answers_the_model(
-    service, api_key, agent_id, amount, runs
+    service, api_key, agent_id, amount, runs, asynchronous
 ):
     ran: list[int] = []
     authz = AuthzClient(service, api_key)
     arguments = {"amount": amount, "currency": "EUR"}
+    guard = Guard(AsyncAuthzClient(service, api_key) if asynchronous else authz, agent_id)
     agent = create_agent(
-        model("payments.refund", arguments),
-        tools=guarded(Guard(authz, agent_id), [make_refund(ran)]),
+        model("payments.refund", arguments), tools=guarded(guard, [make_refund(ran)])
     )
-    state = agent.invoke({"messages": [("user", f"refund {amount}")]})
+    request = {"messages": [("user", f"refund {amount}")]}
+    state = anyio.run(agent.ainvoke, request) if asynchronous else agent.invoke(request)
     [message] = tool_messages(state)
     if runs:
         assert message.content == f"refunded {amount} EUR"

@@ -117,9 +117,7 @@ async def test_an_escalation_is_the_sdks_interruption_and_runs_once_approved(
     assert outputs(resumed)[-1] == "refunded 5000 EUR"
 
 
-async def test_approved_in_the_sdk_alone_the_tool_does_not_run(
-    service, approval_agent, workspace
-):
+async def test_approved_in_the_sdk_alone_the_tool_does_not_run(service, approval_agent, workspace):
     """The SDK's approval is not the service's: until a person approves in agentauth, the
     guard's second question is answered 'approval required' and the tool does not run."""
     agent_id = approval_agent
