@@ -31,6 +31,7 @@ def protect(server: Any, guard: Guard) -> Any:
         fastmcp: Any = importlib.import_module("fastmcp")
         middleware: Any = importlib.import_module("fastmcp.server.middleware")
         tools: Any = importlib.import_module("fastmcp.tools")
+        addressing: Any = importlib.import_module("fastmcp.server.providers.addressing")
         types: Any = importlib.import_module("mcp_types")
     except ImportError as exc:
         raise ImportError(
@@ -46,7 +47,13 @@ def protect(server: Any, guard: Guard) -> Any:
 
         async def on_call_tool(self, context: Any, call_next: Any) -> Any:
             message = context.message
-            decision = await guard.check_async(message.name, message.arguments or {})
+            arguments = message.arguments or {}
+            decision = await guard.check_async(message.name, arguments)
+            hashed = addressing.parse_hashed_backend_name(message.name)
+            if decision.allowed and hashed is not None:
+                # fastmcp also runs an app's backend tool called as __<hash>_<name>: checked
+                # under the tool's own name as well, so a policy on that name holds
+                decision = await guard.check_async(hashed[1], arguments)
             if not decision.allowed:
                 text = types.TextContent(type="text", text=DENIED_PREFIX + decision.reason)
                 return tools.ToolResult(content=[text], is_error=True)

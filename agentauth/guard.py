@@ -277,7 +277,10 @@ class Guard:
         """Guard every tool of an MCP server by its name; returns the server. The adapter is
         chosen by the package the server's class comes from (:data:`ADAPTERS`): the guard
         itself knows none of them, and imports one only when a server of its kind is given."""
-        package = type(server).__module__.partition(".")[0]
+        # the first class of the server's lineage from a package with an adapter: a server
+        # class of the application's own, derived from the SDK's, is the SDK's kind
+        packages = [kind.__module__.partition(".")[0] for kind in type(server).__mro__]
+        package = next((p for p in packages if p in ADAPTERS), packages[0])
         adapter = ADAPTERS.get(package)
         if adapter is None:
             known = ", ".join(sorted(ADAPTERS))

@@ -53,19 +53,19 @@ def guard_tool(guard: Guard, tool: Any) -> Any:
     def refuse(decision: Decision) -> None:
         raise tools.ToolException(DENIED_PREFIX + decision.reason)
 
+    # (a resumed LangGraph run runs the tool again from the start: the question asked then is
+    # the one after the approval; interrupt() returns there instead of pausing)
     async def arun(**arguments: Any) -> Any:
         decision = await guard.check_async(tool.name, arguments)
-        if not decision.allowed and _paused_for_approval(decision):
-            decision = await guard.check_async(tool.name, arguments)
         if not decision.allowed:
+            _pause_for_approval(decision)
             refuse(decision)
         return await tool.ainvoke(arguments)
 
     def run(**arguments: Any) -> Any:
         decision = guard.check(tool.name, arguments)
-        if not decision.allowed and _paused_for_approval(decision):
-            decision = guard.check(tool.name, arguments)
         if not decision.allowed:
+            _pause_for_approval(decision)
             refuse(decision)
         return tool.invoke(arguments)
 
@@ -80,21 +80,23 @@ def guard_tool(guard: Guard, tool: Any) -> Any:
     )
 
 
-def _paused_for_approval(decision: Decision) -> bool:
+def _pause_for_approval(decision: Decision) -> None:
     """For an escalation inside a LangGraph run: LangGraph's ``interrupt()`` with the service's
-    approval. It raises to pause the run; once the run is resumed, it returns, and True says to
-    ask the service again. False outside a graph run (or without langgraph)."""
+    approval, which raises to pause the run. Resumed, LangGraph runs the tool again from its
+    start, so the decision here is already the service's answer after the person's decision:
+    ``interrupt()`` then returns, and a decision still escalated is a denial (the approval is
+    still pending). Nothing outside a graph run (or without langgraph)."""
     if decision.outcome != "escalated":
-        return False
+        return
     try:
         config: Any = importlib.import_module("langgraph.config")
         types: Any = importlib.import_module("langgraph.types")
     except ImportError:
-        return False
+        return
     try:
         config.get_config()  # raises outside a LangGraph run
     except RuntimeError:
-        return False
+        return
     types.interrupt(
         {
             "agentauth_approval_id": decision.approval_id,
@@ -106,4 +108,3 @@ def _paused_for_approval(decision: Decision) -> bool:
             "agentauth_reason": decision.reason,
         }
     )
-    return True

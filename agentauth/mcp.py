@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 #: the attribute that marks a protected server (a second protect would check twice)
 _MARK = "_agentauth_guard"
-#: the tool a call of the protocol was checked for, while the SDK runs it (mcp 2.x)
-_CHECKED: ContextVar[str | None] = ContextVar("agentauth_mcp_checked", default=None)
+#: the tool and arguments a call of the protocol was checked for, while the SDK runs it (mcp 2.x)
+_CHECKED: ContextVar[tuple[str, Any] | None] = ContextVar("agentauth_mcp_checked", default=None)
 
 
 def protect(server: Any, guard: Guard) -> Any:
@@ -77,7 +77,9 @@ def _protect_v2(server: Any, guard: Guard) -> Any:
         decision = await guard.check_async(name, arguments or {})
         if not decision.allowed:
             return denial(decision.reason)
-        checked = _CHECKED.set(name)  # MCPServer's handler calls call_tool: checked once
+        # MCPServer's handler calls call_tool: checked once, unless what reaches it differs (a
+        # middleware inside this one rewrote the call): then it is checked as it is
+        checked = _CHECKED.set((name, arguments or {}))
         try:
             return await call_next(ctx)
         finally:
@@ -96,7 +98,7 @@ def _guard_in_process_calls(server: Any, guard: Guard, denial: Callable[[str], A
     call_tool = server.call_tool
 
     async def guarded_call_tool(name: str, arguments: dict[str, Any], *rest: Any, **kw: Any) -> Any:
-        if _CHECKED.get() != name:  # (the middleware checked a call of the protocol already)
+        if _CHECKED.get() != (name, arguments or {}):  # (else the middleware checked this call)
             decision = await guard.check_async(name, arguments or {})
             if not decision.allowed:
                 return denial(decision.reason)

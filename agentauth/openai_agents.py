@@ -31,10 +31,17 @@ if TYPE_CHECKING:
     from agentauth.answers import Decision
     from agentauth.guard import Guard
 
-#: the decision of each call asked about by needs_approval, for its guardrail (by call id); the
-#: oldest go first past :data:`_KEPT` (a call the SDK rejected never reaches its guardrail)
-_DECIDED: OrderedDict[str, Decision] = OrderedDict()
+#: the decision of each call asked about by needs_approval, for its guardrail, by everything
+#: the decision was made for: the guard, the tool's name, the call's id and its arguments (a
+#: call id alone repeats across runs and providers: another run's decision must never be
+#: taken); the oldest go first past :data:`_KEPT` (a call the SDK rejected never reaches its
+#: guardrail)
+_DECIDED: OrderedDict[tuple[int, str, str, str], Decision] = OrderedDict()
 _KEPT = 10_000
+
+
+def _key(guard: Guard, name: str, call_id: str, arguments: Any) -> tuple[int, str, str, str]:
+    return id(guard), name, call_id, json.dumps(arguments, sort_keys=True, default=str)
 
 
 def guarded(guard: Guard, tools: Sequence[Any]) -> list[Any]:
@@ -46,8 +53,20 @@ def approval_of(item: Any) -> dict[str, Any] | None:
     """The service's approval behind an interruption of a guarded tool (a ``ToolApprovalItem``
     of ``result.interruptions``): ``{"approval_id", "expires_at", "reason"}``, or None when the
     interruption is not the guard's."""
-    call_id = getattr(item.raw_item, "call_id", None)
-    decision = _DECIDED.get(call_id) if isinstance(call_id, str) else None
+    raw = item.raw_item
+    call_id, name = getattr(raw, "call_id", None), getattr(raw, "name", None)
+    try:
+        arguments = json.loads(getattr(raw, "arguments", None) or "{}")
+    except ValueError:
+        return None
+    found = [
+        decision
+        for (_guard, tool, call, args), decision in _DECIDED.items()
+        if call == call_id
+        and (tool == name or tool.endswith(f".{name}"))
+        and args == json.dumps(arguments, sort_keys=True, default=str)
+    ]
+    decision = found[-1] if found else None
     if decision is None or decision.outcome != "escalated":
         return None
     expires = decision.approval_expires_at
@@ -71,10 +90,11 @@ def guard_tool(guard: Guard, tool: Any) -> Any:
     if not isinstance(tool, agents.FunctionTool):
         raise TypeError(f"guard_tool() takes a FunctionTool, not {type(tool).__name__}")
     own = tool.needs_approval
+    name = getattr(tool, "qualified_name", None) or tool.name
 
     async def needs_approval(ctx: Any, parameters: dict[str, Any], call_id: str) -> bool:
-        decision = await guard.check_async(tool.name, parameters)
-        _DECIDED[call_id] = decision
+        decision = await guard.check_async(name, parameters)
+        _DECIDED[_key(guard, name, call_id, parameters)] = decision
         while len(_DECIDED) > _KEPT:
             _DECIDED.popitem(last=False)
         if decision.outcome == "escalated":
@@ -84,10 +104,18 @@ def guard_tool(guard: Guard, tool: Any) -> Any:
     @agents.tool_input_guardrail  # type: ignore[untyped-decorator]
     async def authorized(data: Any) -> Any:
         context = data.context
-        decision = _DECIDED.pop(context.tool_call_id, None)
-        if decision is None or decision.outcome == "escalated":  # approved in the SDK: ask again
+        # the name the call was made under, namespace included (a namespaced copy of this tool
+        # keeps these hooks, and must be checked as what it is)
+        called = context.qualified_tool_name
+        try:
             arguments = json.loads(context.tool_arguments or "{}")
-            decision = await guard.check_async(tool.name, arguments)
+        except ValueError:
+            return agents.ToolGuardrailFunctionOutput.reject_content(
+                DENIED_PREFIX + "the call's arguments are not JSON"
+            )
+        decision = _DECIDED.pop(_key(guard, called, context.tool_call_id, arguments), None)
+        if decision is None or decision.outcome == "escalated":  # approved in the SDK: ask again
+            decision = await guard.check_async(called, arguments)
         if decision.allowed:
             return agents.ToolGuardrailFunctionOutput.allow()
         return agents.ToolGuardrailFunctionOutput.reject_content(DENIED_PREFIX + decision.reason)

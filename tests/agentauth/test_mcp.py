@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from agentauth import AsyncAuthzClient, AuthzClient, Guard
 from tests.agentauth.cases import each_case, judge, stand_in
+from tests.agentauth.faults import faulty_service
 
 pytestmark = pytest.mark.anyio
 
@@ -178,8 +179,6 @@ async def test_protect_refuses_a_second_guard_and_other_objects(agent_id):
 
 
 async def test_a_refused_key_denies_every_tool_even_with_on_error_allow(agent_id):
-    from tests.agentauth.faults import faulty_service
-
     ran: list[str] = []
     refusal = b'{"error": {"code": "UNAUTHORIZED", "message": "invalid API key"}}'
     with faulty_service(401, refusal) as (base, received):
@@ -257,3 +256,26 @@ async def test_a_lowlevel_server_without_its_call_handler_is_refused():
     guard = Guard(AsyncAuthzClient("http://127.0.0.1:1", TABLE_KEY), "agent")
     with pytest.raises(TypeError, match="before protect"):
         guard.protect(Server("empty"))
+
+
+async def test_a_server_class_of_the_applications_own_is_guarded():
+    """protect() finds the adapter through the class's lineage: a subclass of FastMCP defined
+    here (in a tests module) is still a FastMCP."""
+
+    class CalendarServer(FastMCP):
+        pass
+
+    ran: list[str] = []
+    deny = b'{"allowed": false, "outcome": "denied", "reason": "no"}'
+    with faulty_service(200, deny) as (base, _received):
+        server = CalendarServer("calendar")
+
+        @server.tool()
+        def echo(text: str) -> str:
+            ran.append(text)
+            return text
+
+        Guard(AsyncAuthzClient(base, TABLE_KEY), "agent").protect(server)
+        result = await call(server, "echo", {"text": "hi"})
+    assert result.isError is True
+    assert ran == []

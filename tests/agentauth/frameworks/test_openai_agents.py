@@ -6,6 +6,10 @@ service. Runs in the frameworks environment (``nox -s frameworks``)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +19,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from agentauth import AsyncAuthzClient, Guard
 from agentauth.openai_agents import approval_of, guarded
 from tests.agentauth.cases import each_case, judge, stand_in
+from tests.agentauth.faults import faulty_service
 
 pytestmark = pytest.mark.anyio
 set_tracing_disabled(True)  # nothing leaves the machine
@@ -130,3 +135,33 @@ async def test_approved_in_the_sdk_alone_the_tool_does_not_run(service, approval
     resumed = await Runner.run(bot, state)
     assert ran == []
     assert outputs(resumed)[-1].startswith("Authorization denied: approval required")
+
+
+async def test_a_decision_is_never_taken_for_another_guards_call_of_the_same_id():
+    """Call ids repeat across runs and providers: one agent's allowed decision for call "c-1"
+    must not let another agent's call "c-1" (denied by the service) run."""
+    allow = b'{"allowed": true, "outcome": "allowed", "reason": "fine"}'
+    deny = b'{"allowed": false, "outcome": "denied", "reason": "not for you"}'
+    arguments = {"amount": 5, "currency": "EUR"}
+    with stand_in_body(allow) as alice_base, stand_in_body(deny) as mallory_base:
+        alice = guarded(Guard(AsyncAuthzClient(alice_base, KEY), "alice"), [make_refund([])])[0]
+        mallory = guarded(Guard(AsyncAuthzClient(mallory_base, KEY), "mallory"), [make_refund([])])[
+            0
+        ]
+        assert await mallory.needs_approval(None, arguments, "c-1") is False  # denied, kept
+        assert await alice.needs_approval(None, arguments, "c-1") is False  # allowed, kept
+        context = SimpleNamespace(
+            tool_call_id="c-1",
+            tool_arguments=json.dumps(arguments),
+            qualified_tool_name="payments.refund",
+        )
+        guardrail = mallory.tool_input_guardrails[-1]
+        verdict = await guardrail.guardrail_function(SimpleNamespace(context=context, agent=None))
+    assert verdict.behavior["type"] == "reject_content"
+    assert verdict.behavior["message"] == "Authorization denied: not for you"
+
+
+@contextmanager
+def stand_in_body(body: bytes) -> Iterator[str]:
+    with faulty_service(200, body) as (base, _received):
+        yield base
