@@ -114,3 +114,36 @@ async def test_protect_refuses_a_second_guard():
     server = guard.protect(build_server([]))
     with pytest.raises(ValueError, match="already protected"):
         guard.protect(server)
+
+
+async def test_an_app_tool_called_by_its_hashed_alias_is_checked_as_itself(
+    service, api_key, client, admin_headers
+):
+    """fastmcp runs an app's backend tool called as __<hash>_<name> too: a policy that denies
+    the tool by its name (and allows the rest) holds for the alias as well."""
+    from fastmcp import FastMCPApp
+    from fastmcp.server.providers.addressing import hashed_backend_name
+
+    agent = client.post("/v1/agents", json={"name": "shop-bot"}, headers=admin_headers)
+    rules = [
+        {"type": "tool_denylist", "tools": ["issue_refund"]},
+        {"type": "tool_allowlist", "tools": ["*"]},
+    ]
+    body = {"agent_id": agent.json["id"], "name": "no-refunds", "rules": rules}
+    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    ran: list[int] = []
+    app = FastMCPApp("shop")
+
+    @app.tool(model=True)
+    def issue_refund(amount: int) -> str:
+        ran.append(amount)
+        return f"refunded {amount}"
+
+    server = FastMCP("shop-server")
+    server.add_provider(app)
+    Guard(AsyncAuthzClient(service, api_key), agent.json["id"]).protect(server)
+    for name in ("issue_refund", hashed_backend_name("shop", "issue_refund")):
+        result = await call(server, name, {"amount": 1_000_000})
+        assert result.is_error is True, name
+        assert text_of(result).startswith("Authorization denied: "), name
+    assert ran == []
