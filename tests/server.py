@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,3 +217,23 @@ def _processes() -> Iterator[tuple[int, int, int]]:
 def _signal(pid: int, signum: int) -> None:
     with suppress(ProcessLookupError):  # already gone
         os.kill(pid, signum)
+
+
+#: how long a test waits on an outside server's state: a hang guard, never a measure of speed
+WAIT_SECONDS = 30
+
+
+def in_flight(base: str) -> float:
+    """``agentauth_requests_in_flight`` as the server's /metrics says (a scrape counts itself)."""
+    for line in httpx.get(base + "/metrics", timeout=WAIT_SECONDS).text.splitlines():
+        if line.startswith("agentauth_requests_in_flight "):
+            return float(line.split()[1])
+    raise AssertionError("agentauth_requests_in_flight missing from /metrics")
+
+
+def wait_for(what: str, condition: Callable[[], object]) -> None:
+    """Poll ``condition`` until it holds, for at most :data:`WAIT_SECONDS`."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what} after {WAIT_SECONDS} s"
+        time.sleep(0.02)  # polling an outside process's state, bounded by the deadline

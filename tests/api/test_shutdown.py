@@ -13,34 +13,25 @@ import http.client
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 import tests.server
 from api import create_app
 from tests.api.helpers import make_agent
 from tests.conftest import Tenant, bearer
-from tests.server import _processes, is_delivery_worker, running_server, server_process
+from tests.server import (
+    WAIT_SECONDS,
+    _processes,
+    in_flight,
+    is_delivery_worker,
+    running_server,
+    server_process,
+    wait_for,
+)
 
-DEADLINE = 30  # seconds: a hang guard for waiting on the server, never a measure of speed
-
-
-def _in_flight(base: str) -> float:
-    text = httpx.get(base + "/metrics", timeout=5).text
-    for line in text.splitlines():
-        if line.startswith("agentauth_requests_in_flight "):
-            return float(line.split()[1])
-    raise AssertionError("agentauth_requests_in_flight missing from /metrics")
-
-
-def _wait_for(what: str, condition) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"still waiting for {what} after {DEADLINE} s"
-        time.sleep(0.02)  # polling an outside process's state, bounded by the deadline
+DEADLINE = WAIT_SECONDS  # a hang guard, never a measure of speed
 
 
 def _listening_inodes(port: int) -> set[str]:
@@ -96,13 +87,13 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(database_url, setting
         conn.putheader("Content-Type", "application/json")
         conn.putheader("Content-Length", str(len(body)))
         conn.endheaders(body[:10])
-        _wait_for("the request to be in flight", lambda: _in_flight(base) >= 2)  # it + the scrape
+        wait_for("the request to be in flight", lambda: in_flight(base) >= 2)  # it + the scrape
 
         [worker] = server.workers()
         assert _accepting(worker, port)
 
         os.kill(server.master, signal.SIGTERM)
-        _wait_for("the worker to stop accepting", lambda: not _accepting(worker, port))
+        wait_for("the worker to stop accepting", lambda: not _accepting(worker, port))
         assert server.process.poll() is None, "the server exited with a request in flight"
 
         conn.send(body[10:])
@@ -137,7 +128,7 @@ def test_a_server_that_does_not_stop_on_sigterm_is_killed_with_every_worker(
             for pid in _children(os.getpid())
             if port in Path(f"/proc/{pid}/cmdline").read_bytes()
         ]
-        _wait_for("both workers to fork", lambda: len(_workers(master)) == 2)
+        wait_for("both workers to fork", lambda: len(_workers(master)) == 2)
         server = {master, *_children(master)}
         os.kill(master, signal.SIGSTOP)  # SIGTERM stays pending: the graceful stop times out
     alive = server & {pid for pid, _, _ in _processes()}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 
 import httpx
 import pytest
@@ -15,25 +14,11 @@ import pytest
 from api import create_app
 from core.config import Settings
 from tests.conftest import FakeClock, Tenant
-from tests.server import server_process
+from tests.server import WAIT_SECONDS, in_flight, server_process, wait_for
 
 pytestmark = pytest.mark.slow
 
-DEADLINE = 30  # seconds: a hang guard for waiting on the server, never a measure of speed
-
-
-def _in_flight(base: str) -> float:
-    for line in httpx.get(base + "/metrics", timeout=DEADLINE).text.splitlines():
-        if line.startswith("agentauth_requests_in_flight "):
-            return float(line.split()[1])
-    raise AssertionError("agentauth_requests_in_flight missing from /metrics")
-
-
-def _wait_for(what: str, condition) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"still waiting for {what} after {DEADLINE} s"
-        time.sleep(0.02)  # polling an outside process's state, bounded by the deadline
+DEADLINE = WAIT_SECONDS  # a hang guard, never a measure of speed
 
 
 def test_a_killed_worker_is_replaced_and_its_request_no_longer_counted(database_url):
@@ -49,18 +34,18 @@ def test_a_killed_worker_is_replaced_and_its_request_no_longer_counted(database_
                 f"POST /v1/agents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
                 "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode()
             )
-            _wait_for("the request to be in flight", lambda: _in_flight(server.base) == 2)
+            wait_for("the request to be in flight", lambda: in_flight(server.base) == 2)
 
             os.kill(worker, signal.SIGKILL)
             assert held.recv(1) == b""  # its connection died with it
 
-        _wait_for("a new worker", lambda: [w for w in server.workers() if w != worker])
+        wait_for("a new worker", lambda: [w for w in server.workers() if w != worker])
         assert worker not in server.workers()
         with httpx.Client(timeout=DEADLINE) as client:
-            _wait_for("the new worker to serve", lambda: _healthy(client, server.base))
+            wait_for("the new worker to serve", lambda: _healthy(client, server.base))
             for _ in range(5):
                 assert client.get(server.base + "/healthz").status_code == 200
-        assert _in_flight(server.base) == 1  # the scrape itself, not the dead worker's request
+        assert in_flight(server.base) == 1  # the scrape itself, not the dead worker's request
         assert server.process.poll() is None
 
 
