@@ -10,7 +10,10 @@ Each tool gets two hooks of the SDK's own, and keeps everything else:
   (``state.approve(item)``) and runs on: the guard asks the service again, and the tool runs
   only if that answer allows. Rejected in the SDK, the tool does not run.
 - a tool input guardrail: a denial rejects the call with ``Authorization denied: <reason>``,
-  which the model gets as the tool's output (``reject_content``), and the run goes on.
+  which the model gets as the tool's output (``reject_content``), and the run goes on. With
+  the SDK's ``pre_approval_tool_input_guardrails``, a denied call that would have waited for
+  approval (the tool's own ``needs_approval``) is rejected before the pause, and an escalated
+  one still pauses.
 
 A tool's own ``needs_approval`` still applies (either one asks for approval). Install with
 ``pip install 'agentauth[openai-agents]'``.
@@ -31,12 +34,12 @@ if TYPE_CHECKING:
     from agentauth.answers import Decision
     from agentauth.guard import Guard
 
-#: the decision of each call asked about by needs_approval, for its guardrail, by everything
-#: the decision was made for: the guard, the tool's name, the call's id and its arguments (a
-#: call id alone repeats across runs and providers: another run's decision must never be
-#: taken); the oldest go first past :data:`_KEPT` (a call the SDK rejected never reaches its
-#: guardrail)
-_DECIDED: OrderedDict[tuple[int, str, str, str], Decision] = OrderedDict()
+#: the decision of each call asked about by needs_approval, for its guardrail, with whether the
+#: call was made to wait for approval, by everything the decision was made for: the guard, the
+#: tool's name, the call's id and its arguments (a call id alone repeats across runs and
+#: providers: another run's decision must never be taken); the oldest go first past
+#: :data:`_KEPT` (a call the SDK rejected never reaches its guardrail)
+_DECIDED: OrderedDict[tuple[int, str, str, str], tuple[Decision, bool]] = OrderedDict()
 _KEPT = 10_000
 
 
@@ -61,7 +64,7 @@ def approval_of(item: Any) -> dict[str, Any] | None:
         return None
     found = [
         decision
-        for (_guard, tool, call, args), decision in _DECIDED.items()
+        for (_guard, tool, call, args), (decision, _paused) in _DECIDED.items()
         if call == call_id
         and (tool == name or tool.endswith(f".{name}"))
         and args == json.dumps(arguments, sort_keys=True, default=str)
@@ -94,12 +97,13 @@ def guard_tool(guard: Guard, tool: Any) -> Any:
 
     async def needs_approval(ctx: Any, parameters: dict[str, Any], call_id: str) -> bool:
         decision = await guard.check_async(name, parameters)
-        _DECIDED[_key(guard, name, call_id, parameters)] = decision
+        pause = decision.outcome == "escalated" or bool(
+            await own(ctx, parameters, call_id) if callable(own) else own
+        )
+        _DECIDED[_key(guard, name, call_id, parameters)] = (decision, pause)
         while len(_DECIDED) > _KEPT:
             _DECIDED.popitem(last=False)
-        if decision.outcome == "escalated":
-            return True
-        return bool(await own(ctx, parameters, call_id) if callable(own) else own)
+        return pause
 
     @agents.tool_input_guardrail  # type: ignore[untyped-decorator]
     async def authorized(data: Any) -> Any:
@@ -113,7 +117,16 @@ def guard_tool(guard: Guard, tool: Any) -> Any:
             return agents.ToolGuardrailFunctionOutput.reject_content(
                 DENIED_PREFIX + "the call's arguments are not JSON"
             )
-        decision = _DECIDED.pop(_key(guard, called, context.tool_call_id, arguments), None)
+        key = _key(guard, called, context.tool_call_id, arguments)
+        decision, paused = _DECIDED.pop(key, (None, False))
+        if paused and context.is_tool_approved(context.tool_name, context.tool_call_id) is None:
+            # run before the approval pause (the SDK's pre_approval_tool_input_guardrails): a
+            # denial rejects the call now; anything else waits for the person, and is asked
+            # about again (an escalation) or taken (the tool's own approval) once approved
+            assert decision is not None
+            if decision.allowed or decision.outcome == "escalated":
+                _DECIDED[key] = (decision, paused)
+                return agents.ToolGuardrailFunctionOutput.allow()
         if decision is None or decision.outcome == "escalated":  # approved in the SDK: ask again
             decision = await guard.check_async(called, arguments)
         if decision.allowed:

@@ -6,6 +6,7 @@ service. Runs in the frameworks environment (``nox -s frameworks``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+from agents.run_config import ToolExecutionConfig
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from agentauth import AsyncAuthzClient, Guard
@@ -100,15 +102,25 @@ async def test_a_real_decision_runs_the_tool_or_answers_the_model(
     assert ran == []
 
 
+def run_config(pre_approval: bool) -> RunConfig:
+    """The SDK's settings: its input guardrails before the approval pause too, or not."""
+    return RunConfig(
+        tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=pre_approval)
+    )
+
+
+@pytest.mark.parametrize(
+    "pre_approval", [False, True], ids=["guardrails", "pre-approval guardrails"]
+)
 async def test_an_escalation_is_the_sdks_interruption_and_runs_once_approved(
-    service, approval_agent, approve, workspace
+    service, approval_agent, approve, workspace, pre_approval
 ):
     agent_id = approval_agent
     ran: list[int] = []
     guard = Guard(AsyncAuthzClient(service, workspace.key("read-only")), agent_id)
     bot = Agent(name="bot", model=model(5000), tools=guarded(guard, [make_refund(ran)]))
 
-    first = await Runner.run(bot, "refund 5000")
+    first = await Runner.run(bot, "refund 5000", run_config=run_config(pre_approval))
     [item] = first.interruptions
     approval = approval_of(item)
     assert approval is not None
@@ -117,9 +129,49 @@ async def test_an_escalation_is_the_sdks_interruption_and_runs_once_approved(
     approve(approval["approval_id"])
     state = first.to_state()
     state.approve(item)
-    resumed = await Runner.run(bot, state)
+    resumed = await Runner.run(bot, state, run_config=run_config(pre_approval))
     assert ran == [5000]
     assert outputs(resumed)[-1] == "refunded 5000 EUR"
+
+
+@pytest.mark.parametrize(
+    "pre_approval", [False, True], ids=["guardrails", "pre-approval guardrails"]
+)
+@pytest.mark.parametrize(
+    ("amount", "runs"), [(25, True), (2500, False)], ids=["allowed", "denied by a limit"]
+)
+async def test_a_tool_with_its_own_approval_keeps_it(
+    service, api_key, agent_id, client, admin_headers, amount, runs, pre_approval
+):
+    """A tool that always asks a person first: allowed by the service, it waits for the
+    person and then runs on the one decision; denied, the person is asked first (the SDK's
+    plain guardrails, which run at execution) or not at all (pre-approval guardrails)."""
+    ran: list[int] = []
+    own = dataclasses.replace(make_refund(ran), needs_approval=True)
+    bot = Agent(
+        name="bot",
+        model=model(amount),
+        tools=guarded(Guard(AsyncAuthzClient(service, api_key), agent_id), [own]),
+    )
+    first = await Runner.run(bot, f"refund {amount}", run_config=run_config(pre_approval))
+    if not runs and pre_approval:
+        assert first.interruptions == []
+        assert outputs(first)[-1].startswith("Authorization denied: ")
+    else:
+        [item] = first.interruptions
+        assert approval_of(item) is None  # the tool's own approval, not the service's
+        state = first.to_state()
+        state.approve(item)
+        first = await Runner.run(bot, state, run_config=run_config(pre_approval))
+    assert ran == ([amount] if runs else [])
+    if runs:
+        assert outputs(first)[-1] == f"refunded {amount} EUR"
+    else:
+        assert outputs(first)[-1].startswith("Authorization denied: ")
+    entries = client.get(
+        "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
+    ).json["data"]
+    assert len(entries) == 1  # one decision, whenever the guardrail ran
 
 
 async def test_approved_in_the_sdk_alone_the_tool_does_not_run(service, approval_agent, workspace):
