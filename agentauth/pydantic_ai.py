@@ -1,9 +1,12 @@
 """Every tool of a Pydantic AI agent behind the guard, in one line:
 ``Agent(model, tools=[...], capabilities=[guarded(guard)])``.
 
-The guard is a Pydantic AI capability (``wrap_tool_execute``): each tool call the agent makes,
-whatever toolset it comes from, is checked with the tool's name and the arguments as the model
-sent them, after Pydantic AI has validated them and before the tool runs.
+The guard is a Pydantic AI capability (``before_tool_execute``): each tool call the agent makes,
+whatever toolset it comes from, is checked with the tool's name and its arguments as the tool
+will get them: validated by Pydantic AI and after any other capability's rewrite (the guard
+places itself in the innermost tier of the capabilities, so it sees them last). Output
+functions are not tool calls: Pydantic AI runs them without tool hooks, and the guard does not
+see them.
 
 - Allowed: the tool runs, unchanged.
 - Denied: the tool does not run; the model gets ``Authorization denied: <reason>`` as the
@@ -45,12 +48,17 @@ def guarded(guard: Guard) -> Any:
     class AgentAuth(capabilities.AbstractCapability):  # type: ignore[misc]
         """Checks each tool call with the authorization service before the tool runs."""
 
-        async def wrap_tool_execute(
-            self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any
-        ) -> Any:
-            decision = await guard.check_async(tool_def.name, call.args_as_dict())
+        def get_ordering(self) -> Any:
+            # after every other capability's before_tool_execute: the arguments checked are the
+            # ones the tool runs with
+            return capabilities.CapabilityOrdering(position="innermost")
+
+        async def before_tool_execute(
+            self, ctx: Any, *, call: Any, tool_def: Any, args: dict[str, Any]
+        ) -> dict[str, Any]:
+            decision = await guard.check_async(tool_def.name, args)
             if decision.allowed:
-                return await handler(args)
+                return args
             if decision.outcome == "escalated" and not ctx.tool_call_approved:
                 raise exceptions.ApprovalRequired(
                     metadata={
@@ -63,6 +71,6 @@ def guarded(guard: Guard) -> Any:
                         "agentauth_reason": decision.reason,
                     }
                 )
-            return DENIED_PREFIX + decision.reason
+            raise exceptions.SkipToolExecution(DENIED_PREFIX + decision.reason)
 
     return AgentAuth()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, Tool
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -103,6 +104,42 @@ async def test_a_real_decision_runs_the_tool_or_answers_the_model(
     reason = (await authz.authorize(agent_id, "payments.refund", arguments)).reason
     assert returns(result) == [f"Authorization denied: {reason}"]
     assert ran == []
+
+
+class Multiply(AbstractCapability[Any]):
+    """Another capability, listed after the guard, that rewrites a refund's amount."""
+
+    async def before_tool_execute(
+        self, ctx: Any, *, call: Any, tool_def: Any, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {**args, "amount": args["amount"] * 100}
+
+
+async def test_the_arguments_checked_are_the_ones_the_tool_gets(
+    service, api_key, agent_id, client, admin_headers
+):
+    """A capability listed after the guard turns a refund of 25 into 2,500: the service is
+    asked about 2,500, which its limit denies, and the tool does not run."""
+    ran: list[int] = []
+
+    def refund(amount: int, currency: str) -> str:
+        """Refund an amount."""
+        ran.append(amount)
+        return f"refunded {amount} {currency}"
+
+    bot = Agent(
+        scripted("payments.refund", {"amount": 25, "currency": "EUR"}),
+        tools=[Tool(refund, name="payments.refund")],
+        capabilities=[guarded(Guard(AsyncAuthzClient(service, api_key), agent_id)), Multiply()],
+    )
+    result = await bot.run("refund 25")
+    assert ran == []
+    [answer] = returns(result)
+    assert answer.startswith("Authorization denied: ")
+    entries = client.get(
+        "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
+    ).json["data"]
+    assert [e["parameters"] for e in entries] == [{"amount": 2500, "currency": "EUR"}]
 
 
 async def test_an_escalation_is_pydantic_ais_approval_and_runs_once_approved(
