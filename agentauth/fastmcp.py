@@ -3,11 +3,14 @@ in one call: ``guard.protect(mcp)``.
 
 The guard is a FastMCP middleware (``on_call_tool``), not a wrapper of functions: every tool
 call the server runs goes through it, whatever registered the tool and when, tools of servers
-mounted on this one included. Each call is checked with the tool's name and its arguments as
+mounted on this one included (protect the server the clients connect to: a protected server
+mounted in another protected one is checked by both, each under its own name for the tool).
+Each call is checked with the tool's name and its arguments as
 the client sent them. A denied call never reaches the tool: the client gets ``isError: true``
 and the text ``Authorization denied: <reason>``, the text of :mod:`agentauth.guard` for an
-escalation too (approval required, which approval, until when). Install with
-``pip install 'agentauth[fastmcp]'``.
+escalation too (approval required, which approval, until when). A call of several rounds (a
+tool that answers ``InputRequiredResult`` to ask the client for input) is one decision, as in
+:mod:`agentauth.mcp`. Install with ``pip install 'agentauth[fastmcp]'``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from agentauth.guard import DENIED_PREFIX
+from agentauth.mcp import Rounds
 
 if TYPE_CHECKING:
     from agentauth.guard import Guard
@@ -42,12 +46,17 @@ def protect(server: Any, guard: Guard) -> Any:
     if getattr(server, _MARK, None) is not None:
         raise ValueError("this server is already protected by a guard")
 
+    rounds = Rounds()
+
     class Guarded(middleware.Middleware):  # type: ignore[misc]
         """Checks each tool call before the tool runs."""
 
         async def on_call_tool(self, context: Any, call_next: Any) -> Any:
             message = context.message
             arguments = message.arguments or {}
+            answering = message.input_responses is not None or message.request_state
+            if answering and rounds.take(message.name, arguments):
+                return await self._run(context, call_next)
             decision = await guard.check_async(message.name, arguments)
             hashed = addressing.parse_hashed_backend_name(message.name)
             if decision.allowed and hashed is not None:
@@ -57,7 +66,14 @@ def protect(server: Any, guard: Guard) -> Any:
             if not decision.allowed:
                 text = types.TextContent(type="text", text=DENIED_PREFIX + decision.reason)
                 return tools.ToolResult(content=[text], is_error=True)
-            return await call_next(context)
+            return await self._run(context, call_next)
+
+        @staticmethod
+        async def _run(context: Any, call_next: Any) -> Any:
+            result = await call_next(context)
+            if isinstance(result, tools.InputRequiredToolResult):
+                rounds.admit(context.message.name, context.message.arguments or {})
+            return result
 
     server.add_middleware(Guarded())
     setattr(server, _MARK, guard)

@@ -62,7 +62,7 @@ def guard_tool(guard: Guard, tool: Any) -> Any:
     if not isinstance(tool, tools.BaseTool):
         raise TypeError(f"guard_tool() takes a LangChain BaseTool, not {type(tool).__name__}")
 
-    class Denied(tools.ToolException):  # type: ignore[misc,name-defined]
+    class Denied(tools.ToolException):  # type: ignore[misc]
         """A denial: the tool's answer to the model, whatever its own error handling says."""
 
     copy = tool.model_copy()

@@ -12,6 +12,13 @@ goes to the SDK's own handler unchanged. Tools added after ``protect`` are guard
 check is per call, keyed by name. ``server.call_tool`` (for code calling tools in-process) is
 guarded the same way.
 
+A call of several rounds (MCP 2026-07-28: the server answers ``input_required`` to ask the
+client for input, and the client calls again with the answers) is one decision: the first
+round's. A round that carries the client's answers for the same tool and arguments, after an
+allowed round that asked, within :data:`ROUND_SECONDS`, goes on without a second question
+(which would count the call twice against rate limits and ask for a second approval); each
+allowed round that asks admits one such round, once.
+
 A call the service escalates to a human is denied the same way, with the text of
 :mod:`agentauth.guard` (approval required, the approval's id and expiry, the service's reason);
 a guard made with ``wait_for_approval`` first waits for the approval, then asks again, and the
@@ -23,7 +30,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +47,45 @@ if TYPE_CHECKING:
 _MARK = "_agentauth_guard"
 #: the tool and arguments a call of the protocol was checked for, while the SDK runs it (mcp 2.x)
 _CHECKED: ContextVar[tuple[str, Any] | None] = ContextVar("agentauth_mcp_checked", default=None)
+
+
+#: how long after an allowed round that asked the client for input its next round is admitted
+ROUND_SECONDS = 600.0
+
+
+class Rounds:
+    """The later rounds of multi-round tool calls that an allowed round admitted: for each tool
+    and arguments, when each admission ends. An admission is used once; the oldest calls go
+    first past ``kept``."""
+
+    def __init__(self, kept: int = 10_000) -> None:
+        self._open: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._kept = kept
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(name: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
+        return name, json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=repr)
+
+    def admit(self, name: str, arguments: Mapping[str, Any]) -> None:
+        """An allowed round of this call asked the client for input: admit its next round."""
+        key = self._key(name, arguments)
+        with self._lock:
+            self._open.setdefault(key, []).append(time.monotonic() + ROUND_SECONDS)
+            self._open.move_to_end(key)
+            while len(self._open) > self._kept:
+                self._open.popitem(last=False)
+
+    def take(self, name: str, arguments: Mapping[str, Any]) -> bool:
+        """Whether a round answering the client's input for this call was admitted (used up)."""
+        key = self._key(name, arguments)
+        now = time.monotonic()
+        with self._lock:
+            ends = [end for end in self._open.pop(key, []) if end > now]
+            taken = bool(ends)
+            if len(ends) > 1:
+                self._open[key] = ends[1:]
+        return taken
 
 
 def protect(server: Any, guard: Guard) -> Any:
@@ -63,6 +113,9 @@ def _protect_v2(server: Any, guard: Guard) -> Any:
             f"protect() takes an MCPServer or a low-level Server, not {type(server).__name__}"
         )
 
+    is_input_required = importlib.import_module("mcp_types.methods").is_input_required
+    rounds = Rounds()
+
     def denial(reason: str) -> Any:
         text = types.TextContent(type="text", text=DENIED_PREFIX + reason)
         return types.CallToolResult(content=[text], is_error=True)
@@ -74,16 +127,22 @@ def _protect_v2(server: Any, guard: Guard) -> Any:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, dict | None):
             return await call_next(ctx)  # malformed: the SDK refuses it, no tool runs
-        decision = await guard.check_async(name, arguments or {})
-        if not decision.allowed:
-            return denial(decision.reason)
+        arguments = arguments or {}
+        answering = params.get("inputResponses") is not None or params.get("requestState")
+        if not (answering and rounds.take(name, arguments)):
+            decision = await guard.check_async(name, arguments)
+            if not decision.allowed:
+                return denial(decision.reason)
         # MCPServer's handler calls call_tool: checked once, unless what reaches it differs (a
         # middleware inside this one rewrote the call): then it is checked as it is
-        checked = _CHECKED.set((name, arguments or {}))
+        checked = _CHECKED.set((name, arguments))
         try:
-            return await call_next(ctx)
+            result = await call_next(ctx)
         finally:
             _CHECKED.reset(checked)
+        if is_input_required(result):
+            rounds.admit(name, arguments)
+        return result
 
     # innermost of the middleware given so far: the check sees the call as the tool gets it
     server.middleware.append(guarded)

@@ -5,10 +5,12 @@ after ``protect`` and tools of a mounted server are guarded too. Runs in the mcp
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import mcp_types
 import pytest
-from fastmcp import Client, FastMCP
+from fastmcp import Client, Context, FastMCP
 
 from agentauth import AsyncAuthzClient, Guard
 from tests.agentauth.cases import each_case, judge, stand_in
@@ -147,3 +149,61 @@ async def test_an_app_tool_called_by_its_hashed_alias_is_checked_as_itself(
         assert result.is_error is True, name
         assert text_of(result).startswith("Authorization denied: "), name
     assert ran == []
+
+
+def build_asking_server(legs: list[int]) -> FastMCP:
+    """A refund that asks the client to confirm first (fastmcp's guard pattern: the tool
+    answers InputRequiredResult, and runs again with the client's answer)."""
+    server = FastMCP("payments")
+    question = mcp_types.ElicitRequest(
+        params=mcp_types.ElicitRequestFormParams(
+            message="Really refund?",
+            requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+        )
+    )
+
+    @server.tool(name="payments.refund")
+    def refund(amount: int, currency: str, ctx: Context) -> str | mcp_types.InputRequiredResult:
+        legs.append(amount)
+        if not ctx.input_responses:
+            return mcp_types.InputRequiredResult(input_requests={"confirm": question})
+        return f"refunded {amount} {currency}"
+
+    return server
+
+
+async def confirm(_message: str, _type: Any, _params: Any, _ctx: Any) -> dict[str, bool]:
+    return {"ok": True}
+
+
+async def test_a_call_of_several_rounds_is_one_decision(
+    service, api_key, agent_id, client, admin_headers
+):
+    legs: list[int] = []
+    server = Guard(AsyncAuthzClient(service, api_key), agent_id).protect(build_asking_server(legs))
+    async with Client(server, elicitation_handler=confirm) as mcp:
+        result = await mcp.call_tool("payments.refund", {"amount": 25, "currency": "EUR"})
+    assert text_of(result) == "refunded 25 EUR"
+    assert legs == [25, 25]  # asked, then answered
+    entries = client.get(
+        "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
+    ).json["data"]
+    assert [e["result"] for e in entries] == ["allowed"]
+
+
+async def test_an_approved_call_of_several_rounds_runs_on_its_one_approval(
+    service, approval_agent, approve, workspace
+):
+    legs: list[int] = []
+    guard = Guard(AsyncAuthzClient(service, workspace.key("read-only")), approval_agent)
+    server = guard.protect(build_asking_server(legs))
+    arguments = {"amount": 5000, "currency": "EUR"}
+    async with Client(server, elicitation_handler=confirm) as mcp:
+        first = await mcp.call_tool("payments.refund", arguments, raise_on_error=False)
+        assert first.is_error is True
+        pending = re.search(r"approval (\S+) is pending", text_of(first))
+        assert pending is not None
+        approve(pending.group(1))
+        second = await mcp.call_tool("payments.refund", arguments, raise_on_error=False)
+    assert text_of(second) == "refunded 5000 EUR"
+    assert legs == [5000, 5000]

@@ -5,12 +5,14 @@ its own (``nox -s mcp2``: mcp 2.x cannot share one with the 1.x line the main su
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import re
+from typing import Annotated, Any
 
 import pytest
 from mcp import Client, types
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 from pydantic import BaseModel
 
 from agentauth import AsyncAuthzClient, Guard
@@ -200,3 +202,81 @@ async def test_a_call_rewritten_after_the_check_is_checked_as_it_runs(service, a
     assert result.is_error is True
     assert text_of(result).startswith("Authorization denied: ")
     assert ran == []
+
+
+class Confirm(BaseModel):
+    ok: bool
+
+
+def ask_to_confirm() -> Elicit[Confirm]:
+    return Elicit("Really refund?", Confirm)
+
+
+def build_asking_server(ran: list[int]) -> MCPServer:
+    """A refund that asks the client to confirm first: a call of two rounds on 2026-07-28 (the
+    server answers input_required; the client calls again with the answer)."""
+    server = MCPServer("payments")
+
+    @server.tool(name="payments.refund")
+    def refund(
+        amount: int, currency: str, confirm: Annotated[Confirm, Resolve(ask_to_confirm)]
+    ) -> str:
+        ran.append(amount)
+        return f"refunded {amount} {currency}" if confirm.ok else "not refunded"
+
+    return server
+
+
+async def confirm(_ctx: Any, _params: Any) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"ok": True})
+
+
+def audited(client: Any, admin_headers: dict[str, str], agent_id: str) -> list[str]:
+    entries = client.get(
+        "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
+    ).json["data"]
+    return [e["result"] for e in entries]
+
+
+async def test_a_call_of_several_rounds_is_one_decision(
+    service, api_key, agent_id, client, admin_headers
+):
+    """The round answering the server's question is the call the service allowed, not a second
+    one; a later round sent again on its own (a replay) is a new call, and asked about."""
+    ran: list[int] = []
+    server = Guard(AsyncAuthzClient(service, api_key), agent_id).protect(build_asking_server(ran))
+    arguments = {"amount": 25, "currency": "EUR"}
+    async with Client(server, elicitation_callback=confirm) as mcp:
+        assert mcp.protocol_version == "2026-07-28"
+        result = await mcp.call_tool("payments.refund", arguments)
+        assert text_of(result) == "refunded 25 EUR"
+        assert ran == [25]
+        assert audited(client, admin_headers, agent_id) == ["allowed"]
+
+        answers = {
+            f"{__name__}:ask_to_confirm": types.ElicitResult(action="accept", content={"ok": True})
+        }
+        replay = await mcp.call_tool("payments.refund", arguments, input_responses=answers)
+        assert text_of(replay) == "refunded 25 EUR"
+    assert audited(client, admin_headers, agent_id) == ["allowed", "allowed"]
+
+
+async def test_an_approved_call_of_several_rounds_runs_on_its_one_approval(
+    service, approval_agent, approve, workspace, client, admin_headers
+):
+    """An escalated tool that asks the client a question: approved once, the call and its
+    answering round run on that one approval (a second question would use it up and ask for
+    another, and the call could never finish)."""
+    ran: list[int] = []
+    guard = Guard(AsyncAuthzClient(service, workspace.key("read-only")), approval_agent)
+    server = guard.protect(build_asking_server(ran))
+    arguments = {"amount": 5000, "currency": "EUR"}
+    async with Client(server, elicitation_callback=confirm) as mcp:
+        first = await mcp.call_tool("payments.refund", arguments)
+        assert first.is_error is True
+        pending = re.search(r"approval (\S+) is pending", text_of(first))
+        assert pending is not None
+        approve(pending.group(1))
+        second = await mcp.call_tool("payments.refund", arguments)
+    assert text_of(second) == "refunded 5000 EUR"
+    assert ran == [5000]
