@@ -1,4 +1,5 @@
-"""``/v1/agents``: create, list, read, update (status included), delete."""
+"""``/v1/agents``: create, list, read, update (status included), delete; an agent's usage of
+its rate limits and budgets."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from flask import Blueprint, Response
 from api.auth import requires, takes_query
 from api.context import now, principal, services
 from api.params import path_id, read_body, read_paging, read_query
+from core.domain.validation import require_session_id
+from core.hotpath.usage import usage as usage_of
 from core.store import agents
 from core.store.keys import Scope
 
@@ -38,6 +41,20 @@ def get(agent_id: str) -> dict[str, Any]:
     with services().db.transaction() as session:
         agent = agents.get_agent(session, principal().workspace_id, path_id(agent_id))
         return agents.serialize_agent(agent)
+
+
+@bp.get("/<agent_id>/usage")
+@takes_query("session_id")
+def usage(agent_id: str) -> dict[str, Any]:
+    """What each rate_limit and budget rule of the agent holds in its current window (any
+    scope: an operator watching spend needs no key that can change anything)."""
+    wanted = path_id(agent_id)
+    session_id = read_query().get("session_id")
+    if session_id is not None:
+        require_session_id(session_id)
+    with services().db.transaction() as session:
+        found = usage_of(session, principal().workspace_id, wanted, now(), session_id)
+    return {"data": found}
 
 
 @bp.patch("/<agent_id>")

@@ -15,20 +15,22 @@ from api.params import read_paging, read_query, whole_number
 from core.domain.auditchain import VerifierKey
 from core.domain.clock import parse_instant
 from core.domain.errors import ValidationError
-from core.domain.validation import require_uuid
+from core.domain.validation import require_session_id, require_uuid
 from core.store import audit, chain
 
 bp = Blueprint("audit_logs", __name__, url_prefix="/v1/audit-logs")
-FILTERS = {"agent_id", "action", "tool_name", "result", "from", "to", "seq_from", "seq_to"}
+FILTERS = {"agent_id", "session_id", "action", "tool_name", "result", "from", "to"}
+FILTERS |= {"seq_from", "seq_to"}
 
 
 def _filters(query: dict[str, str]) -> audit.Filters:
     result = query.get("result")
     if result is not None and result not in audit.RESULTS:
         raise ValidationError.field("result", "must be one of: " + ", ".join(audit.RESULTS))
-    agent_id = query.get("agent_id")
+    agent_id, session_id = query.get("agent_id"), query.get("session_id")
     return audit.Filters(
         agent_id=require_uuid(agent_id, "agent_id") if agent_id is not None else None,
+        session_id=require_session_id(session_id) if session_id is not None else None,
         action=query.get("action"),
         tool_name=query.get("tool_name"),
         result=result,

@@ -241,8 +241,20 @@ def document() -> dict[str, Any]:
             body="authorize.request",
         )
     }
+    session = _q("session_id", ref("authorize.sessionId"))
+    paths["/v1/agents/{id}/usage"] = {
+        "get": _operation(
+            "what each rate_limit and budget rule of the agent's enabled policies holds in its "
+            "current window, in evaluation order (any scope); per-session rules count "
+            "session_id's calls, and have null counts without it",
+            {"200": _json(ref("agent.usage"), "the agent's limits")},
+            query=[session],
+            path_id=True,
+        )
+    }
     filters = [
         _q("agent_id", ref("common.uuid")),
+        session,
         _q("action", ref("common.text")),
         _q("tool_name", ref("common.text")),
         _q("result", {"enum": ["allowed", "denied", "escalated"]}),

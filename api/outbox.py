@@ -5,7 +5,8 @@
 - :func:`deliver_due` is one pass, synchronous, against a database and a clock: the tests call
   it with theirs.
 - :class:`Worker` runs passes on a thread of its own, every half second, until stopped; a
-  stop lets the tries under way finish and be recorded.
+  stop lets the tries under way finish and be recorded. It also runs :func:`sweep` once a
+  minute: per-session counters whose window is over are removed (decisions §8).
 - :class:`DeliveryProcess` is how ``agentauth serve`` runs it: one child process per server
   (``python -m api.outbox``), started once the metrics folder exists and stopped by its PID
   when the server stops (SIGTERM, then SIGKILL). Not a thread of the server's master, which
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -37,6 +39,7 @@ from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
 from core.domain.webhooks import DeliveryStatus
 from core.store.database import Database
+from core.store.limits import sweep_sessions
 from core.store.webhooks import DueDelivery, TryResult, find_due, lease, record_try
 
 #: how often the worker looks for due deliveries
@@ -46,6 +49,8 @@ LEASE = timedelta(seconds=60)
 #: deliveries taken per pass, and tried at once
 BATCH = 32
 PARALLEL = 8
+#: how often the worker removes per-session counters whose window is over
+SWEEP_SECONDS = 60.0
 #: the metric's label for each recorded outcome
 RESULTS = {
     DeliveryStatus.DELIVERED: "delivered",
@@ -54,6 +59,13 @@ RESULTS = {
 }
 
 log = logging.getLogger("agentauth.webhooks")
+
+
+def sweep(db: Database, clock: Clock) -> int:
+    """Remove the per-session counters whose window is over (decisions §8: they do not grow
+    without bound); how many went. Counters of a window still running stay."""
+    with db.transaction(write=True) as session:
+        return sweep_sessions(session, int(clock().timestamp()))
 
 
 def deliver_due(
@@ -110,7 +122,8 @@ def _line(message: str, due: DueDelivery, **extra: Any) -> str:
 
 
 class Worker:
-    """Delivery passes on a thread of their own until :meth:`stop`."""
+    """Delivery passes on a thread of their own until :meth:`stop`; a sweep of expired
+    per-session counters every :data:`SWEEP_SECONDS` too."""
 
     def __init__(
         self,
@@ -136,7 +149,16 @@ class Worker:
         self._pool.shutdown(wait=True)
 
     def _run(self) -> None:
+        swept = 0.0  # monotonic time of the last sweep of session counters
         while not self._stopping.is_set():
+            if time.monotonic() - swept >= SWEEP_SECONDS:
+                swept = time.monotonic()
+                try:
+                    sweep(self._db, self._clock)
+                except AgentAuthError as exc:  # the database is away: at the next sweep
+                    log.warning(json.dumps({"message": f"counter sweep failed: {exc.message}"}))
+                except Exception:
+                    log.exception("counter sweep failed")
             taken = 0
             try:
                 taken = len(

@@ -30,7 +30,7 @@ from core.domain.engine import (
     order_policies,
     settle,
 )
-from core.domain.limits import RateLimitRef
+from core.domain.limits import Charge, Refusal
 from core.hotpath.decisions import load_policies
 from core.store.models import AuditEntry
 
@@ -43,6 +43,7 @@ class Call:
     tool: str
     parameters: dict[str, Any]
     at: datetime
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,14 @@ class AgentImpact:
     examples: tuple[Flip, ...]
 
 
-def _never_exhausted(limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
+def _never_exhausted(charges: Sequence[Charge], now: datetime) -> Refusal | None:
     return None
 
 
 def _decide(policies: Sequence[CompiledPolicy], call: Call) -> Decision:
     """No approval was ever granted in a replay: a call that needs one is escalated (and so
     not allowed), on both sides alike."""
-    evaluated = evaluate(policies, call.tool, call.parameters, call.at)
+    evaluated = evaluate(policies, call.tool, call.parameters, call.at, call.session_id)
     approvals = MemoryApprovals().for_call(call.tool, call.parameters)
     return settle(evaluated, _never_exhausted, approvals)
 
@@ -159,10 +160,15 @@ def _with_history(session: Session, workspace_id: str, agent_ids: list[str]) -> 
 
 def _recent_calls(session: Session, workspace_id: str, agent_id: str, limit: int) -> Iterable[Call]:
     query = (
-        select(AuditEntry.tool_name, AuditEntry.parameters, AuditEntry.timestamp)
+        select(
+            AuditEntry.tool_name,
+            AuditEntry.parameters,
+            AuditEntry.timestamp,
+            AuditEntry.session_id,
+        )
         .where(AuditEntry.workspace_id == workspace_id, AuditEntry.agent_ref == agent_id)
         .order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
         .limit(limit)
     )
-    for tool, parameters, at in session.execute(query):
-        yield Call(tool, parameters if isinstance(parameters, dict) else {}, at)
+    for tool, parameters, at, session_id in session.execute(query):
+        yield Call(tool, parameters if isinstance(parameters, dict) else {}, at, session_id)

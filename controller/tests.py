@@ -138,8 +138,14 @@ def _run_document(
     names: dict[str, str],
 ) -> DocumentResult:
     now = parse_instant(document.spec["now"])
-    # one of each per document: its cases share the rate-limit windows and pending approvals
+    # one of each per document: its cases share the rate-limit and budget windows and the
+    # pending approvals
     counters, approvals = MemoryCounters(), MemoryApprovals()
+
+    def call(tool: str, parameters: dict[str, Any], session_id: str | None) -> Decision:
+        evaluated = evaluate(policies, tool, parameters, now, session_id)
+        return settle(evaluated, counters, approvals.for_call(tool, parameters))
+
     cases = []
     for index, case in enumerate(document.spec["cases"]):
         started = time.perf_counter()
@@ -147,8 +153,15 @@ def _run_document(
             decision = deny_agent_status(blocked)
         else:
             tool, parameters = case["tool"], case.get("parameters") or {}
-            evaluated = evaluate(policies, tool, parameters, now)
-            decision = settle(evaluated, counters, approvals.for_call(tool, parameters))
+            session_id = case.get("sessionId")
+            for earlier in case.get("before") or ():  # counted, not judged
+                for _ in range(earlier.get("times", 1)):
+                    call(
+                        earlier.get("tool", tool),
+                        earlier.get("parameters", parameters),
+                        earlier.get("sessionId", session_id),
+                    )
+            decision = call(tool, parameters, session_id)
         duration = time.perf_counter() - started
         line = document.locate(f"spec.cases[{index}]")[0]
         cases.append(_judge(index, case, decision, names, line, duration))

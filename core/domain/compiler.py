@@ -28,7 +28,7 @@ from core.domain.engine import (
     is_number,
 )
 from core.domain.globs import compile_tools
-from core.domain.limits import RateLimitRef
+from core.domain.limits import MAX_BUDGET, LimitRef, max_units
 from core.domain.rules import compile_regex
 
 
@@ -64,14 +64,10 @@ def _compile_rule(
     if kind is RuleType.TOOL_ALLOWLIST:
         reason = f"allowed by policy '{policy_name}' rule {index} (tool_allowlist)"
         return CompiledRule(index, kind, tools, granted=Decision(True, reason, policy_id, index))
-    if kind is RuleType.RATE_LIMIT:
-        spec = raw["rateLimit"]
-        limit = RateLimitRef(
-            policy_id, policy_name, index, int(spec["maxCalls"]), int(spec["windowSeconds"])
+    if kind is RuleType.RATE_LIMIT or kind is RuleType.BUDGET:
+        return CompiledRule(
+            index, kind, tools, limit=_compile_limit(policy_id, policy_name, index, raw)
         )
-        if limit.window_seconds < 1 or limit.max_calls < 1:
-            raise PolicyCompileError(f"{at}.rateLimit", "maxCalls and windowSeconds must be >= 1")
-        return CompiledRule(index, kind, tools, limit=limit)
     if kind is RuleType.TIME_BASED:
         return CompiledRule(index, kind, tools, window=_compile_window(raw["timeWindow"], at))
     constraints = tuple(
@@ -87,6 +83,29 @@ def _compile_rule(
             )
         return CompiledRule(index, kind, tools, constraints=constraints, approval_ttl_seconds=ttl)
     return CompiledRule(index, kind, tools, constraints=constraints)
+
+
+def _compile_limit(
+    policy_id: str, policy_name: str, index: int, raw: Mapping[str, Any]
+) -> LimitRef:
+    """A rate_limit's or budget's counter (decisions §2 and §8)."""
+    at, per = f"rules[{index}]", raw.get("per", "agent")
+    if per not in ("agent", "session"):
+        raise PolicyCompileError(f"{at}.per", "must be agent or session")
+    if raw["type"] == RuleType.RATE_LIMIT:
+        spec, where = raw["rateLimit"], f"{at}.rateLimit"
+        maximum, parameter = int(spec["maxCalls"]), None
+    else:
+        spec, where = raw["budget"], f"{at}.budget"
+        ceiling = spec["max"]
+        if isinstance(ceiling, bool) or not 0 < ceiling <= MAX_BUDGET:
+            raise PolicyCompileError(f"{where}.max", f"must be above 0 and at most {MAX_BUDGET:,}")
+        maximum, parameter = max_units(ceiling), str(spec["parameter"])
+    window = int(spec["windowSeconds"])
+    if window < 1 or maximum < 1:
+        raise PolicyCompileError(where, "the maximum and windowSeconds must be above 0")
+    kind = str(raw["type"])
+    return LimitRef(policy_id, policy_name, index, maximum, window, kind, per, parameter)
 
 
 def _compile_window(spec: Mapping[str, Any], at: str) -> TimeWindow:

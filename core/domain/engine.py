@@ -21,7 +21,7 @@ from typing import Any
 
 from core.domain.approvals import ApprovalStatus, CallApprovals
 from core.domain.globs import ToolMatcher
-from core.domain.limits import Consume, RateLimitRef
+from core.domain.limits import Charge, Consume, LimitRef, Refusal
 
 _MISSING: Any = object()
 # Sunday-first names, the way allowedDays counts (0 = Sunday).
@@ -35,6 +35,7 @@ class RuleType(StrEnum):
     RATE_LIMIT = "rate_limit"
     TIME_BASED = "time_based"
     REQUIRE_APPROVAL = "require_approval"
+    BUDGET = "budget"
 
 
 _ALLOW = RuleType.TOOL_ALLOWLIST
@@ -146,7 +147,7 @@ class CompiledRule:
     tools: ToolMatcher | None
     constraints: tuple[ParameterConstraint, ...] = ()
     window: TimeWindow | None = None
-    limit: RateLimitRef | None = None
+    limit: LimitRef | None = None
     granted: Decision | None = None
     approval_ttl_seconds: int | None = None
     denies: bool = field(init=False)
@@ -167,11 +168,11 @@ class CompiledPolicy:
 
 @dataclass(frozen=True, slots=True)
 class PendingGrant:
-    """An allow that holds only if one call can be taken from every one of ``limits`` (all or
-    none); ``now`` is the instant it was evaluated at. :func:`settle` decides it."""
+    """An allow that holds only if every one of ``limits`` can be charged (all or none); ``now``
+    is the instant it was evaluated at. :func:`settle` decides it."""
 
     granted: Decision
-    limits: tuple[RateLimitRef, ...]
+    limits: tuple[Charge, ...]
     now: datetime
 
 
@@ -179,14 +180,14 @@ class PendingGrant:
 class NeedsApproval:
     """A call that a require_approval rule sends to a human (decisions §6): the policy and rule
     that decide, ``problem`` (why approval is needed, in words), how long a new approval lives,
-    and the rate limits an approved call takes from, as any grant would."""
+    and the limits an approved call is charged to, as any grant would."""
 
     policy_id: str
     policy_name: str
     rule_index: int
     problem: str
     ttl_seconds: int
-    limits: tuple[RateLimitRef, ...]
+    limits: tuple[Charge, ...]
     now: datetime
 
 
@@ -198,15 +199,17 @@ def evaluate(
     tool_name: str,
     parameters: Mapping[str, Any],
     now: datetime,
+    session_id: str | None = None,
 ) -> Evaluated:
-    """The decision for one tool call (decisions §1 and §6); or, when the granting policy's rate
-    limits must be consulted, the grant pending on them; or, when a require_approval rule asks
-    for a human, what the caller's approvals must settle. ``policies`` come from
-    :func:`order_policies`; ``now`` must be timezone-aware. Counters and approvals are never
+    """The decision for one tool call (decisions §1, §6 and §8); or, when the granting policy's
+    rate limits and budgets must be consulted, the grant pending on them; or, when a
+    require_approval rule asks for a human, what the caller's approvals must settle.
+    ``policies`` come from :func:`order_policies`; ``now`` must be timezone-aware;
+    ``session_id`` is the call's session, if it named one. Counters and approvals are never
     touched here: see :func:`settle`."""
     if now.tzinfo is None:  # a naive instant would silently mean the host's local time
         raise ValueError("now must be a timezone-aware datetime")
-    pending: list[RateLimitRef] = []
+    pending: list[Charge] = []
     escalating: tuple[CompiledRule, str] | None = None  # set only on the way to a return
     for policy in policies:
         if not policy.enabled:
@@ -225,7 +228,10 @@ def evaluate(
                 if problem is not None:
                     return _deny(policy.id, policy.name, rule.index, rule.type, problem)
             elif rule.limit is not None:
-                pending.append(rule.limit)
+                charge = rule.limit.charge(parameters, session_id)
+                if isinstance(charge, str):  # no session, or no amount to count: not counted
+                    return _deny(policy.id, policy.name, rule.index, rule.type, charge)
+                pending.append(charge)
             elif granted is not _ESCALATES:  # a require_approval rule; the first that asks
                 problem = _approval_needed(rule, tool_name, parameters)
                 if problem is not None:
@@ -278,8 +284,8 @@ def _violation(
 
 
 def settle(result: Evaluated, consume: Consume, approvals: CallApprovals | None = None) -> Decision:
-    """The decision :func:`evaluate` left open. A grant pending on rate limits: granted when
-    ``consume`` took one call from every limit, else the rate-limit deny of the exhausted one.
+    """The decision :func:`evaluate` left open. A grant pending on limits: granted when
+    ``consume`` took every charge, else the deny of the limit that could not take its own.
     A call that needs approval: settled with ``approvals``, the call's own (decisions §6;
     None when the call cannot be bound to an approval, and then it is denied). A decision
     already made is returned as it is, and neither is touched."""
@@ -323,23 +329,30 @@ def _settle_approval(
     )
 
 
-def take_limits(
-    limits: tuple[RateLimitRef, ...], now: datetime, consume: Consume
-) -> Decision | None:
-    """None when one call was taken from every one of ``limits`` (or there are none); else the
-    rate-limit deny of the exhausted one, and nothing was taken."""
+def take_limits(limits: tuple[Charge, ...], now: datetime, consume: Consume) -> Decision | None:
+    """None when every charge of ``limits`` was taken (or there are none); else the deny of the
+    limit that could not take its charge, and nothing was taken."""
     if not limits:
         return None
-    exhausted = consume(limits, now)
-    return None if exhausted is None else _rate_limited(exhausted, now)
+    refused = consume(limits, now)
+    return None if refused is None else _limited(refused, now)
 
 
-def _rate_limited(limit: RateLimitRef, now: datetime) -> Decision:
+def _limited(refused: Refusal, now: datetime) -> Decision:
+    limit = refused.charge.limit
     retry = limit.retry_after_seconds(now)
+    per = " per session" if limit.per == "session" else ""
+    window = f"per {limit.window_seconds} seconds{per}"
+    if limit.parameter is None:
+        problem = f"rate limit of {limit.maximum} calls {window} exceeded"
+    else:
+        problem = (
+            f"budget of {limit.shown(limit.maximum)} '{limit.parameter}' {window} exceeded: "
+            f"{limit.shown(refused.used)} spent, this call {limit.shown(refused.charge.amount)}"
+        )
     reason = (
-        f"denied by policy '{limit.policy_name}' rule {limit.rule_index} (rate_limit): "
-        f"rate limit of {limit.max_calls} calls per {limit.window_seconds} seconds "
-        f"exceeded; retry after {retry} seconds"
+        f"denied by policy '{limit.policy_name}' rule {limit.rule_index} ({limit.kind}): "
+        f"{problem}; retry after {retry} seconds"
     )
     return Decision(False, reason, limit.policy_id, limit.rule_index, retry)
 

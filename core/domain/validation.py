@@ -49,3 +49,15 @@ def require_uuid(value: str, field: str) -> str:
     if not ids.is_uuid(value):
         raise ValidationError.field(field, "must be a UUID")
     return ids.normalize_uuid(value)
+
+
+#: the schema of a session id (decisions §8): 1 to 255 printable ASCII characters
+SESSION_ID = "authorize.json#/$defs/sessionId"
+
+
+def require_session_id(value: str, field: str = "session_id") -> str:
+    """``value`` when it is a valid session id, else ValidationError naming ``field``: for
+    session ids given in a query string (the audit filter, an agent's usage)."""
+    if check(SESSION_ID, value):
+        raise ValidationError.field(field, "must be 1 to 255 printable ASCII characters")
+    return value

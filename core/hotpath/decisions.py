@@ -34,7 +34,7 @@ from core.domain.engine import (
     order_policies,
     settle,
 )
-from core.domain.limits import RateLimitRef
+from core.domain.limits import Charge, Refusal
 from core.domain.redaction import redact, scrub
 from core.hotpath.approvals import BatchApprovals
 from core.hotpath.reads import AgentRow, Reads
@@ -139,20 +139,32 @@ def load_policies(connection: Connection, workspace_id: str, agent_id: str) -> l
 
 
 class BatchCounters:
-    """The engine's ``consume`` against the shared counters: all limits or none, atomically
-    (a savepoint undoes the ones taken before an exhausted one)."""
+    """The engine's ``consume`` against the shared counters: every charge or none, atomically
+    (a savepoint undoes the ones taken before one that does not fit)."""
 
     def __init__(self, batch: Batch) -> None:
         self.batch = batch
 
-    def __call__(self, limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
-        if not limits:
+    def __call__(self, charges: Sequence[Charge], now: datetime) -> Refusal | None:
+        if not charges:
             return None
         mark = self.batch.savepoint()
-        for ref in limits:
-            if self.batch.consume(ref.counter_key, ref.window_start(now), ref.max_calls) is None:
+        for charge in charges:
+            limit = charge.limit
+            start = limit.window_start(now)
+            taken = charge.fits_alone and (
+                self.batch.consume(
+                    charge.key, start, limit.maximum, charge.amount, start + limit.window_seconds
+                )
+                is not None
+            )
+            if not taken:
                 self.batch.rollback_to(mark)
-                return ref
+                # what the window holds, for a budget's reason (a rate limit's is full)
+                used = (
+                    limit.maximum if limit.parameter is None else self.batch.used(charge.key, start)
+                )
+                return Refusal(charge, used)
         self.batch.release(mark)
         return None
 
@@ -182,6 +194,7 @@ def authorize(
     agent_id = body["agent_id"].lower()
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
+    session_id: str | None = body.get("session_id")
     agent = reads.agent(agent_id, caller.workspace_id)
     # its connection goes back to the pool now: a request must never hold one while it waits
     # for a second (the policies on a cache miss) or for its batch
@@ -192,7 +205,7 @@ def authorize(
         decided = deny_agent_status(agent.status)
     else:  # decided here, off the write lock; a grant pending on rate limits is settled inside
         decided = evaluate(
-            cache.policies(db, caller.workspace_id, agent), tool_name, parameters, now
+            cache.policies(db, caller.workspace_id, agent), tool_name, parameters, now, session_id
         )
 
     def entry(
@@ -213,6 +226,7 @@ def authorize(
             latency_ms=latency_ms,
             timestamp=now,
             approval_id=decision.approval_id,
+            session_id=session_id,
             redacted=redacted,
         )
         return Outcome(decision, row["id"], latency_ms), row

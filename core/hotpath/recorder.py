@@ -41,7 +41,7 @@ from core.hotpath.chain import AuditRow, Chain, ChainStatements
 from core.hotpath.sql import Compiled, compile_for
 from core.store import audit
 from core.store.database import Database
-from core.store.limits import upsert_statement
+from core.store.limits import USED, upsert_statement
 from core.store.models import AuditEntry
 
 log = logging.getLogger("agentauth.recorder")
@@ -55,7 +55,7 @@ _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _AUDIT_COLUMNS = (
     "id", "workspace_id", "agent_id", "agent_ref", "key_id", "action", "tool_name",
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
-    "approval_id",
+    "approval_id", "session_id",
 )  # fmt: skip
 #: the chain's columns, last: a batch fills them in (core.hotpath.chain)
 _CHAIN_COLUMNS = ("seq", "entry_hash", "hash")
@@ -67,6 +67,7 @@ class Statements:
 
     def __init__(self, dialect: Any) -> None:
         self.upsert = compile_for(upsert_statement(dialect.name), dialect)
+        self.used = compile_for(USED, dialect)
         self.approvals = ApprovalStatements(dialect)
         self.chain = ChainStatements(dialect)
         insert_audit = compile_for(_INSERT, dialect)
@@ -110,16 +111,34 @@ class Batch:
         self._savepoints = 0
         self.writes = 0
 
-    def consume(self, name: str, window_start: int, maximum: int) -> int | None:
-        """One slot of a fixed-window counter (see core.store.limits); None when it is full (and
-        then nothing was changed)."""
-        params = {"name": name, "window_start": window_start, "maximum": maximum}
+    def consume(
+        self,
+        name: str,
+        window_start: int,
+        maximum: int,
+        amount: int = 1,
+        window_end: int | None = None,
+    ) -> int | None:
+        """``amount`` added to a fixed-window counter (see core.store.limits); None when its
+        window cannot take it (and then nothing was changed)."""
+        params = {
+            "name": name,
+            "window_start": window_start,
+            "window_end": window_end,
+            "amount": amount,
+            "maximum": maximum,
+        }
         self._cursor.execute(self._sql.upsert.sql, self._sql.upsert.bind(params))
         row = self._cursor.fetchone()
         if row is None:
             return None
         self.writes += 1
         return int(row[0])
+
+    def used(self, name: str, window_start: int) -> int:
+        """What a counter holds in the window starting at ``window_start``."""
+        rows = self.read(self._sql.used, {"name": name, "window_start": window_start})
+        return int(rows[0][0]) if rows else 0
 
     def execute(self, compiled: Compiled, values: dict[str, Any]) -> Any:
         """Any other write of the hot path (approvals, webhook events): the cursor, to fetch

@@ -38,6 +38,7 @@ class Filters:
     """The audit query's filters; None means "any"."""
 
     agent_id: str | None = None
+    session_id: str | None = None
     action: str | None = None
     tool_name: str | None = None
     result: str | None = None
@@ -53,7 +54,8 @@ class Filters:
         return any(
             value is not None
             for value in (
-                self.agent_id, self.action, self.tool_name, self.result, self.since, self.until
+                self.agent_id, self.session_id, self.action, self.tool_name, self.result,
+                self.since, self.until,
             )
         )  # fmt: skip
 
@@ -64,6 +66,7 @@ def clauses(filters: Filters) -> list[Any]:
         column == value
         for column, value in (
             (AuditEntry.agent_id, filters.agent_id),
+            (AuditEntry.session_id, filters.session_id),
             (AuditEntry.action, filters.action),
             (AuditEntry.tool_name, filters.tool_name),
             (AuditEntry.result, filters.result),
@@ -96,6 +99,7 @@ def entry(
     latency_ms: float,
     timestamp: datetime,
     approval_id: str | None = None,
+    session_id: str | None = None,
     action: str = "authorize",
     redacted: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -118,6 +122,7 @@ def entry(
         "latency_ms": latency_ms,
         "timestamp": timestamp,
         "approval_id": approval_id,
+        "session_id": None if session_id is None else scrub(session_id),
     }
 
 
@@ -141,6 +146,7 @@ ERASED: dict[str, Any] = {
     "reason": "",
     "latency_ms": 0.0,
     "approval_id": None,
+    "session_id": None,
     "erased": True,
 }
 
@@ -236,7 +242,7 @@ def render_row(column: Any) -> dict[str, Any]:
         "latencyMs": column("latency_ms"),
         "timestamp": isoformat(column("timestamp")),
         "approvalId": column("approval_id"),
-        "sessionId": None,
+        "sessionId": column("session_id"),
     }
 
 

@@ -59,6 +59,7 @@ _COLUMNS = (
     AuditEntry.latency_ms,
     type_coerce(AuditEntry.timestamp, Text),
     AuditEntry.approval_id,
+    AuditEntry.session_id,
     AuditEntry.seq,
     AuditEntry.entry_hash,
     AuditEntry.hash,
@@ -101,7 +102,7 @@ def entries(
     # plain columns
     for (
         id_, agent_id, action, tool_name, parameters, result, policy_id, rule_index, reason,
-        latency_ms, timestamp, approval_id, seq, entry_hash, hash_, erased,
+        latency_ms, timestamp, approval_id, session_id, seq, entry_hash, hash_, erased,
     ) in session.connection().execute(query):  # fmt: skip
         if erased:
             yield {"seq": seq, "entryHash": entry_hash, "hash": hash_, "erased": True}
@@ -120,7 +121,7 @@ def entries(
             "latencyMs": latency_ms,
             "timestamp": _instant(timestamp),
             "approvalId": approval_id,
-            "sessionId": None,
+            "sessionId": session_id,
             "seq": seq,
             "hash": hash_,
         }

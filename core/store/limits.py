@@ -1,7 +1,9 @@
 """Fixed-window counters, exact across processes and hosts sharing the database.
 
-One atomic conditional upsert per counter: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE count <
-max RETURNING count``. A later window resets the count; an exhausted window returns no row. A
+One atomic conditional upsert per counter: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE count +
+amount <= max RETURNING count`` (a rate limit's amount is one call; a budget's, the call's
+amount in units). A later window resets the count; a window that cannot take the amount returns
+no row. A
 counter never moves back: a call of an earlier window than the stored one (decided a moment
 before a concurrent call that opened the next window, or on a host whose clock lags) is counted
 in the stored window, never resetting it. There is no read-then-write, so concurrent callers
@@ -16,7 +18,17 @@ from __future__ import annotations
 from functools import cache
 from typing import Protocol
 
-from sqlalchemy import Connection, Insert, bindparam, case, delete, literal_column, or_
+from sqlalchemy import (
+    Connection,
+    Insert,
+    and_,
+    bindparam,
+    case,
+    delete,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnClause
@@ -29,56 +41,124 @@ ONE: ColumnClause[int] = literal_column("1")
 
 @cache
 def upsert_statement(dialect_name: str) -> Insert:
-    """The one counting statement, for ``sqlite`` or ``postgresql``: take a slot, or return no
-    row when the window is full. Bound by name: ``name``, ``window_start``, ``maximum``. The
-    decision recorder compiles it for the driver (``core.hotpath``), everything else runs it
-    through SQLAlchemy."""
+    """The one counting statement, for ``sqlite`` or ``postgresql``: add ``amount``, or return
+    no row when the window cannot take it. Bound by name: ``name``, ``window_start``,
+    ``window_end``, ``amount``, ``maximum`` (an amount over ``maximum`` is never passed: an
+    empty window would take it). The decision recorder compiles it for the driver
+    (``core.hotpath``), everything else runs it through SQLAlchemy."""
     dialect = postgresql if dialect_name == "postgresql" else sqlite
     table = Counter.__table__
     window = bindparam("window_start", type_=table.c.window_start.type)
+    amount = bindparam("amount", type_=table.c.count.type)
     statement = dialect.insert(table).values(
-        name=bindparam("name", type_=table.c.name.type), window_start=window, count=ONE
+        name=bindparam("name", type_=table.c.name.type),
+        window_start=window,
+        window_end=bindparam("window_end", type_=table.c.window_end.type),
+        count=amount,
     )
     later_window = table.c.window_start < statement.excluded.window_start
     maximum = bindparam("maximum", type_=table.c.count.type)
     upsert: Insert = statement.on_conflict_do_update(
         index_elements=[table.c.name],
         set_={
-            "count": case((later_window, ONE), else_=table.c.count + ONE),
+            "count": case((later_window, statement.excluded.count), else_=table.c.count + amount),
             "window_start": case(
                 (later_window, statement.excluded.window_start), else_=table.c.window_start
             ),
+            "window_end": case(
+                (later_window, statement.excluded.window_end), else_=table.c.window_end
+            ),
         },
-        where=or_(later_window, table.c.count < maximum),
+        where=or_(later_window, table.c.count + amount <= maximum),
     ).returning(table.c.count)
     return upsert
 
 
-def consume(db: Session | Connection, name: str, window_start: int, maximum: int) -> int | None:
-    """Take one slot of counter ``name`` in the window starting at ``window_start``.
+def consume(
+    db: Session | Connection,
+    name: str,
+    window_start: int,
+    maximum: int,
+    amount: int = 1,
+    window_end: int | None = None,
+) -> int | None:
+    """Add ``amount`` (at most ``maximum``) to counter ``name`` in the window starting at
+    ``window_start`` (and ending at ``window_end``, epoch seconds, when known).
 
-    Returns the count after taking it, or None when the window already holds ``maximum``.
+    Returns the count after adding it, or None when the window cannot take it.
     """
-    params = {"name": name, "window_start": window_start, "maximum": maximum}
+    params = {
+        "name": name,
+        "window_start": window_start,
+        "window_end": window_end,
+        "amount": amount,
+        "maximum": maximum,
+    }
     bind = db.get_bind() if isinstance(db, Session) else db
     statement = upsert_statement(bind.dialect.name)
     count = db.execute(statement, params).scalar()
     return None if count is None else int(count)
 
 
+#: what a window holds: bound by ``name`` and ``window_start``; no row for an empty window
+USED = select(Counter.__table__.c.count).where(
+    Counter.__table__.c.name == bindparam("name"),
+    Counter.__table__.c.window_start == bindparam("window_start"),
+)
+
+
+def used(db: Session | Connection, name: str, window_start: int) -> int:
+    """What counter ``name`` holds in the window starting at ``window_start``."""
+    found = db.execute(USED, {"name": name, "window_start": window_start}).scalar()
+    return 0 if found is None else int(found)
+
+
 class CounterStore(Protocol):
     """Where counters live for one transaction: a SQLAlchemy session or connection
     (:class:`SqlCounters`), or a group-commit batch (``core.hotpath.recorder.Batch``)."""
 
-    def consume(self, name: str, window_start: int, maximum: int) -> int | None: ...
+    def consume(
+        self,
+        name: str,
+        window_start: int,
+        maximum: int,
+        amount: int = 1,
+        window_end: int | None = None,
+    ) -> int | None: ...
 
 
 class SqlCounters:
     def __init__(self, db: Session | Connection) -> None:
         self.db = db
 
-    def consume(self, name: str, window_start: int, maximum: int) -> int | None:
-        return consume(self.db, name, window_start, maximum)
+    def consume(
+        self,
+        name: str,
+        window_start: int,
+        maximum: int,
+        amount: int = 1,
+        window_end: int | None = None,
+    ) -> int | None:
+        return consume(self.db, name, window_start, maximum, amount, window_end)
+
+
+#: the mark in a per-session counter's name (``core.domain.limits.LimitRef.session_key``)
+SESSION_MARK = ":session:"
+
+
+def sweep_sessions(db: Session | Connection, now_epoch: int) -> int:
+    """Remove the per-session counters whose window is over (a session's counters do not
+    outlive their window); returns how many went."""
+    table = Counter.__table__
+    result = db.execute(
+        delete(table).where(
+            and_(
+                table.c.name.contains(SESSION_MARK, autoescape=True),
+                table.c.window_end <= now_epoch,
+            )
+        )
+    )
+    return int(result.rowcount or 0)
 
 
 def reset(session: Session, prefix: str) -> None:

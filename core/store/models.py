@@ -119,6 +119,7 @@ class AuditEntry(Base):
         Index("ix_audit_workspace_time", "workspace_id", "timestamp", "id"),
         Index("ix_audit_workspace_agent_time", "workspace_id", "agent_id", "timestamp", "id"),
         Index("ux_audit_workspace_seq", "workspace_id", "seq", unique=True),
+        Index("ix_audit_workspace_session_time", "workspace_id", "session_id", "timestamp", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -138,6 +139,7 @@ class AuditEntry(Base):
     latency_ms: Mapped[float] = mapped_column(Float)
     timestamp: Mapped[datetime]
     approval_id: Mapped[str | None] = mapped_column(String(36))
+    session_id: Mapped[str | None] = mapped_column(String(255))
     #: its place in the workspace's chain (decisions §7): 1, 2, 3, ... in commit order
     seq: Mapped[int] = mapped_column(BigInteger)
     #: SHA-256 of the entry's v1 fields in RFC 8785 canonical JSON, lowercase hex
@@ -264,13 +266,16 @@ class WebhookDelivery(Base):
 
 
 class Counter(Base):
-    """A fixed-window counter: per API key per minute, or per rate_limit rule per window."""
+    """A fixed-window counter: per API key per minute, or per rate_limit or budget rule (and
+    session) per window. ``count`` is calls, or a budget's units; ``window_end`` (epoch
+    seconds) says when a per-session counter may go."""
 
     __tablename__ = "rate_counters"
 
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     window_start: Mapped[int] = mapped_column(BigInteger)
-    count: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(BigInteger)
+    window_end: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class SyncStatus(Base):

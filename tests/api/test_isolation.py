@@ -91,6 +91,7 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ),
     ("GET", "/v1/agents"): Entry(ANY, note="no id: the caller's own agents, nothing of B's"),
     ("GET", "/v1/agents/{id}"): Entry(ANY, path_kind=AGENT),
+    ("GET", "/v1/agents/{id}/usage"): Entry(ANY, path_kind=AGENT),
     ("PATCH", "/v1/agents/{id}"): Entry(
         ADMIN,
         path_kind=AGENT,
@@ -555,7 +556,9 @@ def test_the_matrix_covers_every_operation_of_the_document(world):
             assert "404" in op["responses"], (method, path)
         named = {p["name"] for p in op.get("parameters", []) if p["in"] == "query"}
         named |= _body_fields(world.document, op)
-        ids = {name for name in named if name.endswith("_id") or name == "id"}
+        # session_id names no resource: a label of the caller's own calls, counted and
+        # filtered within its workspace only
+        ids = {n for n in named if (n.endswith("_id") or n == "id") and n != "session_id"}
         assert ids == ({entry.id_field} if entry.id_field else set()), (method, path)
         assert ("requestBody" in op) == (entry.body is not None), (method, path)
         takes_no_id = entry.path_kind is None and entry.id_field is None

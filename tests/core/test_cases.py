@@ -7,13 +7,13 @@ A file is either a list of cases or a mapping with shared ``policies`` and ``now
     why: optional, what the case shows
     policies: [{name, id?, priority?, enabled?, createdAt?, rules}]  (else the file's)
     now: ISO 8601 instant with an offset (else the file's)
-    tool: tool name;  parameters: object (default {})
+    tool: tool name;  parameters: object (default {});  sessionId: optional session id
     agentStatus: optional active | suspended | revoked;  agentExists: optional, false
     expect: {allowed, policy: name or null, ruleIndex: int or null,
              reason?: substring, reasonExcludes?: [substrings], retryAfterSeconds?: int,
              outcome?: allowed | denied | escalated (else as allowed says),
              approval?: a label, or null for none}
-    calls: optional list of {now?, tool?, parameters?, expect}, run in order against one
+    calls: optional list of {now?, tool?, parameters?, sessionId?, expect}, run in order against one
            MemoryCounters (rate-limit windows) and one MemoryApprovals; a call inherits what it
            leaves out from the case. A step {now?, decide: {approval: label, as: approved |
            denied, ok?: false}} decides an approval instead of making a call.
@@ -53,9 +53,9 @@ from schemas import validate
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
 FILE_KEYS = {"policies", "now", "cases"}
-CASE_KEYS = {"name", "why", "policies", "now", "tool", "parameters", "agentStatus"}
+CASE_KEYS = {"name", "why", "policies", "now", "tool", "parameters", "sessionId", "agentStatus"}
 CASE_KEYS |= {"agentExists", "expect", "calls"}
-CALL_KEYS = {"now", "tool", "parameters", "expect", "why", "decide"}
+CALL_KEYS = {"now", "tool", "parameters", "sessionId", "expect", "why", "decide"}
 POLICY_KEYS = {"name", "id", "priority", "enabled", "createdAt", "rules"}
 EXPECT_KEYS = {"allowed", "policy", "ruleIndex", "reason", "reasonExcludes", "retryAfterSeconds"}
 EXPECT_KEYS |= {"outcome", "approval"}
@@ -117,6 +117,7 @@ def compile_case_policy(raw: Mapping[str, Any]) -> CompiledPolicy:
 def case_calls(case: Mapping[str, Any], shared: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     base = {"now": case.get("now", shared.get("now")), "tool": case.get("tool")}
     base["parameters"] = case.get("parameters", {})
+    base["sessionId"] = case.get("sessionId")
     if "calls" not in case:
         yield {**base, "expect": case["expect"]}
         return
@@ -153,7 +154,7 @@ def decide(
     assert call["now"] is not None, "a call needs now, its own or its case's or its file's"
     assert call["tool"] is not None, "a call needs a tool, its own or its case's"
     now = parse_instant(call["now"])
-    evaluated = evaluate(policies, call["tool"], call["parameters"], now)
+    evaluated = evaluate(policies, call["tool"], call["parameters"], now, call["sessionId"])
     return settle(evaluated, counters, approvals.for_call(call["tool"], call["parameters"]))
 
 

@@ -34,7 +34,7 @@ from core.domain.engine import (
     settle,
 )
 from core.domain.globs import Glob, compile_glob, compile_tools
-from core.domain.limits import MemoryCounters, RateLimitRef
+from core.domain.limits import Charge, LimitRef, MemoryCounters, Refusal
 
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # Monday; epoch 1772445600
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)
@@ -57,7 +57,7 @@ def policy(
     )
 
 
-def never_consume(limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
+def never_consume(charges: Sequence[Charge], now: datetime) -> Refusal | None:
     raise AssertionError("consume must not be called")
 
 
@@ -149,7 +149,7 @@ def test_tool_lists_that_match_everything_compile_to_none(patterns: list[str] | 
 
 
 def test_counter_key_names_policy_and_rule() -> None:
-    limit = RateLimitRef("p-1", "throttle", 3, 10, 60)
+    limit = LimitRef("p-1", "throttle", 3, 10, 60)
     assert limit.counter_key == "rule:p-1:3"
 
 
@@ -175,7 +175,7 @@ def test_counter_key_names_policy_and_rule() -> None:
     ],
 )
 def test_window_start_and_retry_after(now: datetime, window: int, start: int, retry: int) -> None:
-    limit = RateLimitRef("p", "p", 0, 1, window)
+    limit = LimitRef("p", "p", 0, 1, window)
     assert limit.window_start(now) == start
     assert limit.retry_after_seconds(now) == retry
 
@@ -187,7 +187,7 @@ def test_window_start_and_retry_after(now: datetime, window: int, start: int, re
     st.integers(min_value=1, max_value=86400),
 )
 def test_window_arithmetic_properties(now: datetime, window: int) -> None:
-    limit = RateLimitRef("p", "p", 0, 1, window)
+    limit = LimitRef("p", "p", 0, 1, window)
     start = limit.window_start(now)
     exact = (now - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(seconds=1)
     assert start % window == 0
@@ -199,7 +199,7 @@ def test_window_arithmetic_properties(now: datetime, window: int) -> None:
 
 def test_window_of_a_naive_datetime_is_an_error() -> None:
     with pytest.raises(TypeError):
-        RateLimitRef("p", "p", 0, 1, 60).window_start(datetime(2026, 3, 2, 10))
+        LimitRef("p", "p", 0, 1, 60).window_start(datetime(2026, 3, 2, 10))
 
 
 # --- MemoryCounters ----------------------------------------------------------------------
@@ -207,20 +207,26 @@ def test_window_of_a_naive_datetime_is_an_error() -> None:
 
 def test_memory_counters_take_all_or_nothing() -> None:
     counters = MemoryCounters()
-    roomy, tight = RateLimitRef("a", "a", 0, 5, 60), RateLimitRef("b", "b", 0, 1, 60)
-    assert counters([roomy, tight], NOW) is None
-    assert counters([roomy, tight], NOW) is tight
+    roomy, tight = LimitRef("a", "a", 0, 5, 60), LimitRef("b", "b", 0, 1, 60)
+    both = [one_call(roomy), one_call(tight)]
+    assert counters(both, NOW) is None
+    assert counters(both, NOW) == Refusal(both[1], 1)
     assert (counters.used(roomy, NOW), counters.used(tight, NOW)) == (1, 1)
-    assert counters([roomy], NOW) is None
+    assert counters([one_call(roomy)], NOW) is None
     assert counters.used(roomy, NOW) == 2
 
 
 def test_memory_counters_reset_with_the_window() -> None:
-    counters, limit = MemoryCounters(), RateLimitRef("a", "a", 0, 1, 60)
-    assert counters([limit], NOW) is None
-    assert counters([limit], NOW + timedelta(seconds=59)) is limit
-    assert counters([limit], NOW + timedelta(seconds=60)) is None
+    counters, limit = MemoryCounters(), LimitRef("a", "a", 0, 1, 60)
+    call = [one_call(limit)]
+    assert counters(call, NOW) is None
+    assert counters(call, NOW + timedelta(seconds=59)) == Refusal(call[0], 1)
+    assert counters(call, NOW + timedelta(seconds=60)) is None
     assert counters.used(limit, NOW) == 0
+
+
+def one_call(limit: LimitRef) -> Charge:
+    return Charge(limit, limit.counter_key, 1)
 
 
 # --- evaluate: the consume contract and inputs -------------------------------------------
@@ -236,9 +242,9 @@ def test_consume_is_not_called_without_pending_limits() -> None:
 def test_consume_gets_every_pending_limit_in_evaluation_order() -> None:
     seen: list[list[str]] = []
 
-    def record(limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
+    def record(charges: Sequence[Charge], now: datetime) -> Refusal | None:
         assert now is NOW
-        seen.append([limit.counter_key for limit in limits])
+        seen.append([charge.key for charge in charges])
         return None
 
     limit = {"type": "rate_limit", "rateLimit": {"maxCalls": 1, "windowSeconds": 60}}
@@ -257,7 +263,7 @@ def test_evaluate_leaves_a_rate_limited_grant_pending_on_its_limits() -> None:
     policies = [policy("p", limit, {"type": "tool_allowlist"})]
     result = evaluate(policies, "x", {}, NOW)
     assert isinstance(result, PendingGrant)
-    assert [ref.counter_key for ref in result.limits] == ["rule:p:0"]
+    assert [charge.key for charge in result.limits] == ["rule:p:0"]
     assert (result.granted.allowed, result.granted.rule_index, result.now) == (True, 1, NOW)
 
 
@@ -265,8 +271,8 @@ def test_an_exhausted_limit_denies_with_retry_after() -> None:
     limit = {"type": "rate_limit", "rateLimit": {"maxCalls": 1, "windowSeconds": 60}}
     policies = [policy("p", {"type": "tool_allowlist"}, limit)]
 
-    def exhausted(limits: Sequence[RateLimitRef], now: datetime) -> RateLimitRef | None:
-        return limits[0]
+    def exhausted(charges: Sequence[Charge], now: datetime) -> Refusal | None:
+        return Refusal(charges[0], 1)
 
     later = NOW + timedelta(seconds=15)
     decision = settle(evaluate(policies, "x", {}, later), exhausted)

@@ -24,7 +24,7 @@ from flask import Flask
 from api import create_app
 from api.authorize import FastPath
 from core.config import Settings
-from core.domain.limits import MemoryCounters, RateLimitRef
+from core.domain.limits import Charge, LimitRef, MemoryCounters, Refusal
 from core.store.database import Database
 from core.store.limits import consume
 from tests.api.helpers import make_agent
@@ -198,11 +198,12 @@ def test_a_database_counter_never_moves_back(database_url):
 
 def test_memory_counters_never_move_back():
     counters = MemoryCounters()
-    limit = RateLimitRef("p", "policy", 0, 2, 5)
+    limit = LimitRef("p", "policy", 0, 2, 5)
+    call = [Charge(limit, limit.counter_key, 1)]
     later = datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC)
     earlier = later - timedelta(seconds=3)
-    assert counters([limit], later) is None
-    assert counters([limit], earlier) is None  # counted in the later window
-    assert counters([limit], earlier) is limit
-    assert counters([limit], later) is limit
+    assert counters(call, later) is None
+    assert counters(call, earlier) is None  # counted in the later window
+    assert counters(call, earlier) == Refusal(call[0], 2)
+    assert counters(call, later) == Refusal(call[0], 2)
     assert counters.used(limit, later) == 2
