@@ -35,6 +35,8 @@ from agentauth.params import to_json
 DEFAULT_TIMEOUT = 5.0
 AUTHORIZE_PATH = "/v1/authorize"
 APPROVALS_PATH = "/v1/approvals/"
+#: a session id the service takes (decisions §8): 1 to 255 printable ASCII characters
+SESSION_ID = re.compile(r"[\x20-\x7e]{1,255}")
 _KEY = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: what a header can carry
 
 
@@ -101,12 +103,19 @@ class AuthzClient:
         self._http = httpx.Client(transport=transport, **options)
 
     def authorize(
-        self, agent_id: str, tool_name: str, parameters: Mapping[str, Any] | None = None
+        self,
+        agent_id: str,
+        tool_name: str,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
     ) -> Decision:
         """May ``agent_id`` call ``tool_name`` with ``parameters``? A denial (or an escalation:
         ``outcome == "escalated"``) is a Decision, not an error; errors are raised as
-        :mod:`agentauth.errors` says."""
-        body = _request_body(agent_id, tool_name, parameters)
+        :mod:`agentauth.errors` says. ``session_id``: the conversation or run the call belongs
+        to (1 to 255 printable ASCII characters; ValueError before any request otherwise), for
+        per-session rate limits and budgets and the audit log."""
+        body = _request_body(agent_id, tool_name, parameters, session_id)
         got = self._exchange("POST", AUTHORIZE_PATH, body)
         return read_answer(got.status, got.headers, got.content, got.whole)
 
@@ -171,10 +180,15 @@ class AsyncAuthzClient:
         self._http = httpx.AsyncClient(transport=transport, **options)
 
     async def authorize(
-        self, agent_id: str, tool_name: str, parameters: Mapping[str, Any] | None = None
+        self,
+        agent_id: str,
+        tool_name: str,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
     ) -> Decision:
         """See :meth:`AuthzClient.authorize`."""
-        body = _request_body(agent_id, tool_name, parameters)
+        body = _request_body(agent_id, tool_name, parameters, session_id)
         got = await self._exchange("POST", AUTHORIZE_PATH, body)
         return read_answer(got.status, got.headers, got.content, got.whole)
 
@@ -253,7 +267,24 @@ def _headers(api_key: str) -> dict[str, str]:
     }
 
 
-def _request_body(agent_id: str, tool_name: str, parameters: Mapping[str, Any] | None) -> bytes:
+def check_session_id(session_id: str | None) -> str | None:
+    """``session_id`` when it is None or a session id the service takes (1 to 255 printable
+    ASCII characters), else ValueError (TypeError for what is not a string)."""
+    if session_id is None:
+        return None
+    if not isinstance(session_id, str):
+        raise TypeError("session_id must be a string")
+    if not SESSION_ID.fullmatch(session_id):
+        raise ValueError("session_id must be 1 to 255 printable ASCII characters")
+    return session_id
+
+
+def _request_body(
+    agent_id: str,
+    tool_name: str,
+    parameters: Mapping[str, Any] | None,
+    session_id: str | None = None,
+) -> bytes:
     if not isinstance(agent_id, str):
         raise TypeError("agent_id must be a string (the agent's id)")
     if not isinstance(tool_name, str):
@@ -262,7 +293,13 @@ def _request_body(agent_id: str, tool_name: str, parameters: Mapping[str, Any] |
         parameters = {}
     if not isinstance(parameters, Mapping):
         raise TypeError("parameters must be a mapping of parameter names to values")
-    payload = {"agent_id": agent_id, "tool_name": tool_name, "parameters": to_json(parameters)}
+    payload: dict[str, Any] = {
+        "agent_id": agent_id,
+        "tool_name": tool_name,
+        "parameters": to_json(parameters),
+    }
+    if check_session_id(session_id) is not None:
+        payload["session_id"] = session_id
     try:
         return json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
     except (ValueError, RecursionError) as exc:  # an int past Python's digit limit, ...

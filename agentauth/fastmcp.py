@@ -19,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from agentauth.guard import DENIED_PREFIX
-from agentauth.mcp import Rounds
+from agentauth.mcp import SESSION_HEADER, Rounds, transport_session
 
 if TYPE_CHECKING:
     from agentauth.guard import Guard
@@ -37,6 +37,7 @@ def protect(server: Any, guard: Guard) -> Any:
         tools: Any = importlib.import_module("fastmcp.tools")
         addressing: Any = importlib.import_module("fastmcp.server.providers.addressing")
         types: Any = importlib.import_module("mcp_types")
+        dependencies: Any = importlib.import_module("fastmcp.server.dependencies")
     except ImportError as exc:
         raise ImportError(
             f"agentauth.fastmcp needs fastmcp 4.x: pip install 'agentauth[fastmcp]' ({exc})"
@@ -57,12 +58,14 @@ def protect(server: Any, guard: Guard) -> Any:
             answering = message.input_responses is not None or message.request_state
             if answering and rounds.take(message.name, arguments):
                 return await self._run(context, call_next)
-            decision = await guard.check_async(message.name, arguments)
+            # the MCP session of streamable HTTP, when the call came over it
+            session = transport_session(dependencies.get_http_headers(include={SESSION_HEADER}))
+            decision = await guard.check_async(message.name, arguments, session_id=session)
             hashed = addressing.parse_hashed_backend_name(message.name)
             if decision.allowed and hashed is not None:
                 # fastmcp also runs an app's backend tool called as __<hash>_<name>: checked
                 # under the tool's own name as well, so a policy on that name holds
-                decision = await guard.check_async(hashed[1], arguments)
+                decision = await guard.check_async(hashed[1], arguments, session_id=session)
             if not decision.allowed:
                 text = types.TextContent(type="text", text=DENIED_PREFIX + decision.reason)
                 return tools.ToolResult(content=[text], is_error=True)

@@ -40,7 +40,7 @@ import anyio
 import anyio.to_thread
 
 from agentauth.answers import Approval, Decision
-from agentauth.client import AsyncAuthzClient, AuthzClient
+from agentauth.client import AsyncAuthzClient, AuthzClient, check_session_id
 from agentauth.errors import AuthzError, BadRequestError, RateLimitError, ServiceUnavailableError
 
 OnError = Literal["deny", "allow"]
@@ -65,7 +65,9 @@ class Guard:
     """Authorization for one agent's tools. ``client`` is an :class:`AuthzClient` or an
     :class:`AsyncAuthzClient`; sync handlers need the former, async ones take either.
     ``wait_for_approval``: seconds to wait for a human to decide an escalated call (None, the
-    default: do not wait, deny at once)."""
+    default: do not wait, deny at once). ``session_id``: the conversation or run every call
+    belongs to, unless a call names its own (``check(..., session_id=...)``; the MCP adapters
+    pass the transport's session): per-session rate limits and budgets count by it."""
 
     def __init__(
         self,
@@ -74,6 +76,7 @@ class Guard:
         *,
         on_error: OnError = "deny",
         wait_for_approval: float | None = None,
+        session_id: str | None = None,
     ) -> None:
         if on_error not in ("deny", "allow"):
             raise ValueError("on_error must be 'deny' or 'allow'")
@@ -92,6 +95,7 @@ class Guard:
             raise TypeError("agent_id must be the agent's id, a non-empty string")
         self.client = client
         self.agent_id = agent_id
+        self.session_id = check_session_id(session_id)
         self.on_error: OnError = on_error
         self.wait_for_approval: float | None = (
             None if wait_for_approval is None else float(wait_for_approval)
@@ -100,20 +104,28 @@ class Guard:
     def __repr__(self) -> str:
         return (
             f"Guard({self.client!r}, agent_id={self.agent_id!r}, on_error={self.on_error!r}, "
-            f"wait_for_approval={self.wait_for_approval!r})"
+            f"wait_for_approval={self.wait_for_approval!r}, session_id={self.session_id!r})"
         )
 
     # ------------------------------------------------------------------ checking one call
 
-    def check(self, tool_name: str, parameters: Mapping[str, Any] | None = None) -> Decision:
+    def check(
+        self,
+        tool_name: str,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> Decision:
         """The decision for one call (blocking; needs an :class:`AuthzClient`). Never raises:
         the service's failures become decisions as ``on_error`` says, anything else denies.
         An escalated call is waited for when ``wait_for_approval`` says so (blocking this
-        thread); an escalated decision returned has the guard's reason (see the module)."""
+        thread); an escalated decision returned has the guard's reason (see the module).
+        ``session_id``: this call's session, else the guard's."""
         client = self.client
         if not isinstance(client, AuthzClient):
             raise TypeError("this guard has an AsyncAuthzClient: use 'await guard.check_async()'")
-        decision = self._ask(client, tool_name, parameters)
+        session = session_id if session_id is not None else self.session_id
+        decision = self._ask(client, tool_name, parameters, session)
         if self.wait_for_approval is None or not _awaitable(decision):
             return _explained(decision)
         waiting = _Waiting(self.wait_for_approval)
@@ -131,18 +143,24 @@ class Guard:
                 state = _state(found)
             if isinstance(state, _Lost):
                 return _explained(decision, note=state.note)
-            decision = self._ask(client, tool_name, parameters)
+            decision = self._ask(client, tool_name, parameters, session)
         return _explained(decision)
 
     async def check_async(
-        self, tool_name: str, parameters: Mapping[str, Any] | None = None
+        self,
+        tool_name: str,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
     ) -> Decision:
         """:meth:`check` for async code; with a blocking client it runs in a worker thread.
         Waiting for an approval sleeps with anyio (cancelling the task ends the wait)."""
         client = self.client
         if not isinstance(client, AsyncAuthzClient):
-            return await anyio.to_thread.run_sync(self.check, tool_name, parameters)
-        decision = await self._ask_async(client, tool_name, parameters)
+            check = functools.partial(self.check, session_id=session_id)
+            return await anyio.to_thread.run_sync(check, tool_name, parameters)
+        session = session_id if session_id is not None else self.session_id
+        decision = await self._ask_async(client, tool_name, parameters, session)
         if self.wait_for_approval is None or not _awaitable(decision):
             return _explained(decision)
         waiting = _Waiting(self.wait_for_approval)
@@ -160,23 +178,33 @@ class Guard:
                 state = _state(found)
             if isinstance(state, _Lost):
                 return _explained(decision, note=state.note)
-            decision = await self._ask_async(client, tool_name, parameters)
+            decision = await self._ask_async(client, tool_name, parameters, session)
         return _explained(decision)
 
     def _ask(
-        self, client: AuthzClient, tool_name: str, parameters: Mapping[str, Any] | None
+        self,
+        client: AuthzClient,
+        tool_name: str,
+        parameters: Mapping[str, Any] | None,
+        session_id: str | None,
     ) -> Decision:
         try:
-            return client.authorize(self.agent_id, tool_name, parameters)
+            return client.authorize(self.agent_id, tool_name, parameters, session_id=session_id)
         except Exception as exc:  # a guard answers; it never lets a call through
             failure = exc
         return self._without_answer(failure)
 
     async def _ask_async(
-        self, client: AsyncAuthzClient, tool_name: str, parameters: Mapping[str, Any] | None
+        self,
+        client: AsyncAuthzClient,
+        tool_name: str,
+        parameters: Mapping[str, Any] | None,
+        session_id: str | None,
     ) -> Decision:
         try:
-            return await client.authorize(self.agent_id, tool_name, parameters)
+            return await client.authorize(
+                self.agent_id, tool_name, parameters, session_id=session_id
+            )
         except Exception as exc:  # as in _ask
             failure = exc
         return self._without_answer(failure)

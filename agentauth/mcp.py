@@ -19,6 +19,10 @@ allowed round that asked, within :data:`ROUND_SECONDS`, goes on without a second
 (which would count the call twice against rate limits and ask for a second approval); each
 allowed round that asks admits one such round, once.
 
+Each call names the MCP session its transport negotiated (the ``mcp-session-id`` of streamable
+HTTP), so per-session rate limits and budgets count per MCP session; where the transport has no
+session (stdio, in memory, stateless HTTP) the guard's own ``session_id`` applies, if any.
+
 A call the service escalates to a human is denied the same way, with the text of
 :mod:`agentauth.guard` (approval required, the approval's id and expiry, the service's reason);
 a guard made with ``wait_for_approval`` first waits for the approval, then asks again, and the
@@ -31,6 +35,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -47,6 +52,19 @@ if TYPE_CHECKING:
 _MARK = "_agentauth_guard"
 #: the tool and arguments a call of the protocol was checked for, while the SDK runs it (mcp 2.x)
 _CHECKED: ContextVar[tuple[str, Any] | None] = ContextVar("agentauth_mcp_checked", default=None)
+
+
+#: the header in which streamable HTTP carries the MCP session's id
+SESSION_HEADER = "mcp-session-id"
+#: what a session id the service takes looks like (and an MCP session id is: visible ASCII)
+_SESSION_ID = re.compile(r"[\x20-\x7e]{1,255}")
+
+
+def transport_session(headers: Mapping[str, str] | None) -> str | None:
+    """The MCP session id in the headers of the HTTP request a call came in (None without
+    one: stdio, in memory, stateless HTTP, or an id the service could not take)."""
+    value = None if headers is None else headers.get(SESSION_HEADER)
+    return value if isinstance(value, str) and _SESSION_ID.fullmatch(value) else None
 
 
 #: how long after an allowed round that asked the client for input its next round is admitted
@@ -130,7 +148,8 @@ def _protect_v2(server: Any, guard: Guard) -> Any:
         arguments = arguments or {}
         answering = params.get("inputResponses") is not None or params.get("requestState")
         if not (answering and rounds.take(name, arguments)):
-            decision = await guard.check_async(name, arguments)
+            session = transport_session(getattr(ctx.request, "headers", None))
+            decision = await guard.check_async(name, arguments, session_id=session)
             if not decision.allowed:
                 return denial(decision.reason)
         # MCPServer's handler calls call_tool: checked once, unless what reaches it differs (a
@@ -201,7 +220,11 @@ def _protect_v1(server: Any, guard: Guard) -> Any:
 
     async def guarded_request(request: types.CallToolRequest) -> Any:
         params = request.params
-        decision = await guard.check_async(params.name, params.arguments or {})
+        try:
+            session = transport_session(getattr(lowlevel.request_context.request, "headers", None))
+        except LookupError:  # not inside a request of the protocol
+            session = None
+        decision = await guard.check_async(params.name, params.arguments or {}, session_id=session)
         if not decision.allowed:
             return types.ServerResult(denial(decision.reason))
         return await handle_call(request)  # the SDK's own: validation, conversion, output

@@ -18,6 +18,7 @@ from agentauth import (
     AuthzClient,
     BadRequestError,
     Decision,
+    Guard,
     RateLimitError,
     ServiceUnavailableError,
     UnauthorizedError,
@@ -288,3 +289,32 @@ def test_a_custom_transport_is_used():
     ):
         assert client.authorize("agent", "tool").allowed is True
     assert Counting.sent == len(received) == 1
+
+
+def test_a_session_reaches_the_audit_log_per_call_or_per_guard(
+    service, api_key, agent_id, client, admin_headers
+):
+    """``session_id`` on a call, else the guard's: what the audit entry names."""
+    authz = AuthzClient(service, api_key)
+    authz.authorize(agent_id, "echo", {}, session_id="chat 42")
+    guard = Guard(authz, agent_id, session_id="run-1")
+    guard.check("echo", {})
+    guard.check("echo", {}, session_id="run-2")
+    Guard(authz, agent_id).check("echo", {})
+    entries = client.get(
+        "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
+    ).json["data"]
+    assert [e["sessionId"] for e in reversed(entries)] == ["chat 42", "run-1", "run-2", None]
+
+
+@pytest.mark.parametrize("session_id", ["", "x" * 256, "line\nbreak", "caf\u00e9"])
+def test_a_session_id_the_service_would_refuse_is_refused_before_sending(session_id):
+    with faulty_service(200, b"{}") as (base, received):
+        authz = AuthzClient(base, "svc_" + "c" * 32)
+        with pytest.raises(ValueError, match="session_id must be 1 to 255 printable ASCII"):
+            authz.authorize("agent", "echo", {}, session_id=session_id)
+        with pytest.raises(ValueError, match="session_id"):
+            Guard(authz, "agent", session_id=session_id)
+        decision = Guard(authz, "agent").check("echo", {}, session_id=session_id)
+    assert decision.allowed is False
+    assert received == []

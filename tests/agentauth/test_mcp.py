@@ -4,11 +4,16 @@ and allowed calls answer exactly what the unguarded server answers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from mcp import types
+import uvicorn
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.fastmcp import FastMCP
 from mcp.server.lowlevel import Server
 from mcp.shared.memory import create_connected_server_and_client_session
@@ -17,6 +22,7 @@ from pydantic import BaseModel
 from agentauth import AsyncAuthzClient, AuthzClient, Guard
 from tests.agentauth.cases import each_case, judge, stand_in
 from tests.agentauth.faults import faulty_service
+from tests.server import WAIT_SECONDS, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -279,3 +285,89 @@ async def test_a_server_class_of_the_applications_own_is_guarded():
         result = await call(server, "echo", {"text": "hi"})
     assert result.isError is True
     assert ran == []
+
+
+@contextmanager
+def served_over_http(server: FastMCP) -> Iterator[str]:
+    """``server`` over streamable HTTP (sessions on, as the SDK's default) on a free port of
+    127.0.0.1, in a thread; yields its MCP URL and stops it on exit."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
+    http = uvicorn.Server(config)
+    thread = threading.Thread(target=http.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        wait_for("the MCP server to start", lambda: http.started)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        http.should_exit = True
+        thread.join(timeout=WAIT_SECONDS)
+        listener.close()
+
+
+async def echo_twice(url: str) -> tuple[str | None, list[bool]]:
+    """One MCP session: its id and whether each of two echo calls ran."""
+    async with (
+        streamable_http_client(url) as (read, write, session_id),
+        ClientSession(read, write) as mcp,
+    ):
+        await mcp.initialize()
+        results = [await mcp.call_tool("echo", {"text": "hi"}) for _ in range(2)]
+        return session_id(), [not r.isError for r in results]
+
+
+async def test_each_mcp_session_has_its_own_per_session_limits(
+    service, api_key, client, admin_headers
+):
+    """Over streamable HTTP the guard names the transport's MCP session in each call: a rate
+    limit per session of one call lets each session make one, and the audit log names them."""
+    agent = client.post("/v1/agents", json={"name": "chat-bot"}, headers=admin_headers)
+    rules = [
+        {
+            "type": "rate_limit",
+            "per": "session",
+            "rateLimit": {"maxCalls": 1, "windowSeconds": 3600},
+        },
+        {"type": "tool_allowlist", "tools": ["echo"]},
+    ]
+    body = {"agent_id": agent.json["id"], "name": "one-echo-per-chat", "rules": rules}
+    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    guard = Guard(AsyncAuthzClient(service, api_key), agent.json["id"])
+    with served_over_http(guard.protect(build_server([]))) as url:
+        first_id, first = await echo_twice(url)
+        second_id, second = await echo_twice(url)
+    assert first == second == [True, False]
+    assert first_id is not None
+    assert second_id not in (None, first_id)
+    entries = client.get(
+        "/v1/audit-logs", query_string={"agent_id": agent.json["id"]}, headers=admin_headers
+    ).json["data"]
+    assert [e["sessionId"] for e in reversed(entries)] == [first_id] * 2 + [second_id] * 2
+
+
+async def test_without_a_transport_session_the_guards_own_applies(
+    service, api_key, client, admin_headers
+):
+    """In memory there is no MCP session: the guard's session_id names the calls, and without
+    one a per-session rule denies ("session required")."""
+    agent = client.post("/v1/agents", json={"name": "chat-bot"}, headers=admin_headers)
+    rules = [
+        {"type": "rate_limit", "per": "session", "rateLimit": {"maxCalls": 5, "windowSeconds": 60}},
+        {"type": "tool_allowlist", "tools": ["echo"]},
+    ]
+    body = {"agent_id": agent.json["id"], "name": "per-chat", "rules": rules}
+    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    authz = AsyncAuthzClient(service, api_key)
+    for session_id, runs in (("run-7", True), (None, False)):
+        server = Guard(authz, agent.json["id"], session_id=session_id).protect(build_server([]))
+        async with create_connected_server_and_client_session(server._mcp_server) as mcp:
+            result = await mcp.call_tool("echo", {"text": "hi"})
+        assert result.isError is (not runs)
+        if not runs:
+            assert result.content[0].text.endswith("(rate_limit): session required")
+    entries = client.get(
+        "/v1/audit-logs", query_string={"agent_id": agent.json["id"]}, headers=admin_headers
+    ).json["data"]
+    assert [e["sessionId"] for e in reversed(entries)] == ["run-7", None]
