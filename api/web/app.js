@@ -337,6 +337,10 @@ function approvalText(rule) {
   return `needs a person's approval for ${all ? "any tool" : toolsText(rule)} when ${breaches.join(" or ")}${lasts}`;
 }
 
+function perText(rule) {
+  return rule.per === "session" ? " per session" : "";
+}
+
 function ruleText(rule) {
   const on = rule.tools && !(rule.tools.length === 1 && rule.tools[0] === "*")
     ? ` (on ${toolsText(rule)})` : "";
@@ -350,7 +354,9 @@ function ruleText(rule) {
       return parts.join("; ") + on;
     }
     case "rate_limit":
-      return `max ${counted(rule.rateLimit.maxCalls, "call")} / ${rule.rateLimit.windowSeconds} s${on}`;
+      return `max ${counted(rule.rateLimit.maxCalls, "call")} / ${rule.rateLimit.windowSeconds} s${perText(rule)}${on}`;
+    case "budget":
+      return `spend at most ${rule.budget.max} of ${rule.budget.parameter} / ${rule.budget.windowSeconds} s${perText(rule)}${on}`;
     case "time_based": {
       const w = rule.timeWindow;
       const days = w.allowedDays ? ranges(w.allowedDays, (a, b) =>
@@ -458,13 +464,53 @@ async function agentPage(id) {
         h("th", {}, "State"), h("th", {}, "Rules"), h("th", {}, "Managed by"))),
       h("tbody", {}, policyRows)))
       : h("p", { class: "muted" }, "No policies: every call of this agent is denied (default deny)."))];
+  const usage = h("section", { class: "panel", id: "usage" }, h("h2", {}, "Limits in use"));
   const decisions = h("section", { class: "panel" }, h("h2", {}, "Latest decisions"));
-  sections.push(decisions);
+  sections.push(usage, decisions);
   show(token, ...sections);
+  await usagePanel(usage, id, ordered);
   const latest = await api("GET", "/v1/audit-logs", { params: { agent_id: id, limit: 10 } });
   decisions.append(latest.data.length ? entriesTable(latest.data, { [agent.id]: agent.name })
     : h("p", { class: "muted" }, "No decisions yet."),
   h("p", {}, h("a", { href: `#/audit?agent_id=${agent.id}` }, "All decisions of this agent →")));
+}
+
+// each rate limit and budget of the agent's enabled policies: its current window as a bar of
+// what is used against the limit; per-session rules for the session asked about in the form
+async function usagePanel(panel, id, policies, sessionId = "") {
+  const usage = await api("GET", `/v1/agents/${encodeURIComponent(id)}/usage`,
+    { params: sessionId ? { session_id: sessionId } : {} });
+  const names = Object.fromEntries(policies.map((p) => [p.id, p.name]));
+  const form = h("form", { class: "filters", id: "usage-session", onsubmit: (event) => {
+    event.preventDefault();
+    const chosen = new FormData(form).get("session_id") || "";
+    panel.replaceChildren(h("h2", {}, "Limits in use"));
+    usagePanel(panel, id, policies, chosen).catch(fail);
+  } },
+  h("label", {}, h("span", {}, "Session"), h("input", { name: "session_id", value: sessionId,
+    placeholder: "for per-session limits" })),
+  h("div", { class: "actions" }, h("button", { type: "submit", class: "secondary" }, "Show")));
+  if (!usage.data.length) {
+    panel.append(h("p", { class: "muted" }, "No rate limits or budgets."));
+    return;
+  }
+  const rows = usage.data.map((item) => {
+    const what = item.type === "budget" ? `budget of ${item.limit} ${item.parameter}`
+      : `${counted(item.limit, "call")}`;
+    const per = item.per === "session" ? " per session" : "";
+    const shown = item.used === null ? "ask with a session"
+      : `${item.used} of ${item.limit} used, ${item.remaining} left`;
+    return h("tr", { "data-rule": `${item.policyId}:${item.ruleIndex}` },
+      h("td", {}, names[item.policyId] || item.policyId, h("div", { class: "muted small" }, `rule ${item.ruleIndex}`)),
+      h("td", {}, `${what} / ${item.windowSeconds} s${per}`,
+        h("div", { class: "muted small" }, `window from ${when(item.windowStart)}`)),
+      h("td", { class: "usage" }, h("meter", { min: "0", max: String(item.limit),
+        high: String(item.limit * 0.9), optimum: "0", value: String(item.used ?? 0), title: shown }),
+      h("div", { class: "small" }, shown)));
+  });
+  panel.append(form, scroller(h("table", { id: "limits" },
+    h("thead", {}, h("tr", {}, h("th", {}, "Policy"), h("th", {}, "Limit"), h("th", {}, "Current window"))),
+    h("tbody", {}, rows))));
 }
 
 const RESULT_KINDS = { allowed: "active", denied: "revoked", escalated: "pending" };
@@ -480,6 +526,11 @@ function entryNotes(entry) {
   if (entry.approvalId) {
     notes.push(h("div", { class: "small nowrap" }, h("a", { href: `#/approvals/${entry.approvalId}`,
       title: entry.approvalId }, `approval ${entry.approvalId.slice(0, 8)}…`)));
+  }
+  if (entry.sessionId) {
+    notes.push(h("div", { class: "small nowrap session" }, h("a", {
+      href: `#/audit${query({ session_id: entry.sessionId })}`, title: entry.sessionId },
+    `session ${entry.sessionId.length > 16 ? `${entry.sessionId.slice(0, 16)}…` : entry.sessionId}`)));
   }
   return notes;
 }
@@ -505,7 +556,7 @@ function entriesTable(entries, names) {
           h("div", { class: "mono hash" }, entry.hash)) : null)))))));
 }
 
-const AUDIT_FILTERS = ["agent_id", "action", "tool_name", "result", "from", "to", "limit"];
+const AUDIT_FILTERS = ["agent_id", "session_id", "action", "tool_name", "result", "from", "to", "limit"];
 
 // every key may read the audit log, filter it, page through it and export it
 async function auditPage(args) {
@@ -530,6 +581,7 @@ async function auditPage(args) {
   } },
   field("Agent", h("select", { name: "agent_id" }, h("option", { value: "" }, "any"),
     agents.map((a) => h("option", { value: a.id, selected: a.id === filters.agent_id }, a.name)))),
+  field("Session", h("input", { name: "session_id", value: filters.session_id, placeholder: "exact id" })),
   field("Action", h("input", { name: "action", value: filters.action, placeholder: "authorize" })),
   field("Tool", h("input", { name: "tool_name", value: filters.tool_name, placeholder: "exact name" })),
   field("Result", h("select", { name: "result" }, ["", "allowed", "denied", "escalated"].map((r) =>

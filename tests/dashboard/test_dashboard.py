@@ -1467,3 +1467,51 @@ def test_a_scope_probe_of_a_non_admin_key_that_fails_is_shown_and_signs_nobody_i
     assert page.evaluate("sessionStorage.length") == 0
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#who-scope")).to_have_text(scope)
+
+
+def test_the_agent_page_shows_its_limits_in_use_as_bars(page, world):
+    month = 2_592_000
+    rules = [
+        {"type": "rate_limit", "per": "session",
+         "rateLimit": {"maxCalls": 4, "windowSeconds": 86400}},
+        {"type": "budget", "tools": ["payments.*"],
+         "budget": {"parameter": "amount", "max": 1000, "windowSeconds": month}},
+        {"type": "tool_allowlist"},
+    ]  # fmt: skip
+    agent = world.agent("spender", {"name": "spend", "rules": rules})
+    for amount in (250, 500):
+        body = {"agent_id": agent, "tool_name": "payments.refund", "parameters": {"amount": amount}}
+        assert world.post("/v1/authorize", {**body, "session_id": "chat-7"})["allowed"] is True
+    sign_in(page, world.admin)
+    page.goto(f"/dashboard/#/agents/{agent}")
+    expect(page.locator("#policies ol.rules li")).to_have_text(
+        [
+            "max 4 calls / 86400 s per session",
+            f"spend at most 1000 of amount / {month} s (on payments.*)",
+            "allow all tools",
+        ]
+    )
+    rows = page.locator("#limits tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0).locator("td.usage")).to_contain_text("ask with a session")
+    expect(rows.nth(1).locator("td.usage")).to_contain_text("750 of 1000 used, 250 left")
+    expect(rows.nth(1).locator("meter")).to_have_attribute("value", "750")
+    page.locator("#usage-session input[name=session_id]").fill("chat-7")
+    page.locator("#usage-session button").click()
+    expect(page.locator("#limits tbody tr").nth(0).locator("td.usage")).to_contain_text(
+        "2 of 4 used, 2 left"
+    )
+
+
+def test_an_entry_names_its_session_and_the_audit_page_filters_by_it(page, world):
+    agent = world.agent("chatty", {"name": "all", "rules": [{"type": "tool_allowlist"}]})
+    for session in ("chat-1", "chat-2", "chat-1"):
+        body = {"agent_id": agent, "tool_name": "echo", "parameters": {}, "session_id": session}
+        world.post("/v1/authorize", body)
+    sign_in(page, world.admin)
+    page.goto("/dashboard/#/audit")
+    expect(page.locator("#entries tbody tr")).to_have_count(3)
+    page.locator("#entries .session a").first.click()  # the newest: chat-1
+    expect(page.locator("#entries tbody tr")).to_have_count(2)
+    expect(page.locator("#audit-filters input[name=session_id]")).to_have_value("chat-1")
+    expect(page.locator("#entries .session")).to_have_text(["session chat-1"] * 2)
