@@ -98,9 +98,18 @@ class KeySlot:
     count: int | None = None
 
     def take(self, counters: CounterStore) -> None:
-        """Count the request in the caller's transaction; RateLimited when the window is full."""
-        self.count = counters.consume(f"key:{self.key_id}", self.window_start, self.limit)
+        """Count the request in the caller's transaction; RateLimited when the window is full.
+        The window is the one the request was counted in (or refused by): its own, or a later
+        one another request opened first, which the headers then name."""
+        name = f"key:{self.key_id}"
+        counted = counters.consume(name, self.window_start, self.limit)
         self.taken = True
+        if counted is None:
+            found = counters.stored(name)
+            if found is not None and found.window_start > self.window_start:
+                self.window_start = found.window_start
+        else:
+            self.count, self.window_start = counted
         if self.count is None:
             end = self.window_start + WINDOW_SECONDS
             retry = max(1, math.ceil(end - self.moment.timestamp()))

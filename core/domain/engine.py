@@ -340,7 +340,7 @@ def take_limits(limits: tuple[Charge, ...], now: datetime, consume: Consume) -> 
 
 def _limited(refused: Refusal, now: datetime) -> Decision:
     limit = refused.charge.limit
-    retry = limit.retry_after_seconds(now)
+    retry = refused.retry_after_seconds(now)
     per = " per session" if limit.per == "session" else ""
     window = f"per {limit.window_seconds} seconds{per}"
     if limit.parameter is None:

@@ -139,10 +139,18 @@ def _epoch_micros(now: datetime) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """The charge a window could not take, and what that window holds."""
+    """The charge a window could not take, what that window holds, and where it starts: the
+    call's own window, or a later one another call opened first (a counter never moves back,
+    so the call waits for that one's end)."""
 
     charge: Charge
     used: int
+    window_start: int
+
+    def retry_after_seconds(self, now: datetime) -> int:
+        """Whole seconds from ``now`` until the refusing window ends, rounded up, at least 1."""
+        end = (self.window_start + self.charge.limit.window_seconds) * _MICROS
+        return max(1, -((_epoch_micros(now) - end) // _MICROS))
 
 
 class Consume(Protocol):
@@ -170,7 +178,7 @@ class MemoryCounters:
             for charge, start in zip(charges, starts, strict=True):
                 used = self._count(charge.key, start)
                 if not charge.fits_alone or used + charge.amount > charge.limit.maximum:
-                    return Refusal(charge, used)
+                    return Refusal(charge, used, start)
             for charge, start in zip(charges, starts, strict=True):
                 self._windows[charge.key] = (start, self._count(charge.key, start) + charge.amount)
         return None

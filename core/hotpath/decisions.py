@@ -160,11 +160,11 @@ class BatchCounters:
             )
             if not taken:
                 self.batch.rollback_to(mark)
-                # what the window holds, for a budget's reason (a rate limit's is full)
-                used = (
-                    limit.maximum if limit.parameter is None else self.batch.used(charge.key, start)
-                )
-                return Refusal(charge, used)
+                # the window that refused (this call's, or a later one) and what it holds
+                found = self.batch.stored(charge.key)
+                if found is None or found.window_start < start:  # the amount alone is too big
+                    return Refusal(charge, 0, start)
+                return Refusal(charge, found.held, found.window_start)
         self.batch.release(mark)
         return None
 

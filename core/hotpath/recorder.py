@@ -41,7 +41,7 @@ from core.hotpath.chain import AuditRow, Chain, ChainStatements
 from core.hotpath.sql import Compiled, compile_for
 from core.store import audit
 from core.store.database import Database
-from core.store.limits import USED, upsert_statement
+from core.store.limits import STORED, Counted, upsert_statement
 from core.store.models import AuditEntry
 
 log = logging.getLogger("agentauth.recorder")
@@ -67,7 +67,7 @@ class Statements:
 
     def __init__(self, dialect: Any) -> None:
         self.upsert = compile_for(upsert_statement(dialect.name), dialect)
-        self.used = compile_for(USED, dialect)
+        self.stored = compile_for(STORED, dialect)
         self.approvals = ApprovalStatements(dialect)
         self.chain = ChainStatements(dialect)
         insert_audit = compile_for(_INSERT, dialect)
@@ -118,7 +118,7 @@ class Batch:
         maximum: int,
         amount: int = 1,
         window_end: int | None = None,
-    ) -> int | None:
+    ) -> Counted | None:
         """``amount`` added to a fixed-window counter (see core.store.limits); None when its
         window cannot take it (and then nothing was changed)."""
         params = {
@@ -133,12 +133,12 @@ class Batch:
         if row is None:
             return None
         self.writes += 1
-        return int(row[0])
+        return Counted(int(row[0]), int(row[1]))
 
-    def used(self, name: str, window_start: int) -> int:
-        """What a counter holds in the window starting at ``window_start``."""
-        rows = self.read(self._sql.used, {"name": name, "window_start": window_start})
-        return int(rows[0][0]) if rows else 0
+    def stored(self, name: str) -> Counted | None:
+        """What a counter holds, and in which window (None when it was never used)."""
+        rows = self.read(self._sql.stored, {"name": name})
+        return Counted(int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def execute(self, compiled: Compiled, values: dict[str, Any]) -> Any:
         """Any other write of the hot path (approvals, webhook events): the cursor, to fetch

@@ -16,7 +16,7 @@ statement is built once per dialect and only its parameters change.
 from __future__ import annotations
 
 from functools import cache
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import (
     Connection,
@@ -34,6 +34,15 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnClause
 
 from core.store.models import Counter
+
+
+class Counted(NamedTuple):
+    """What a counter holds after a call was counted, and the window it was counted in (the
+    call's own, or a later one another call opened first: a counter never moves back)."""
+
+    held: int
+    window_start: int
+
 
 #: a count of one, written into the SQL rather than bound
 ONE: ColumnClause[int] = literal_column("1")
@@ -70,7 +79,7 @@ def upsert_statement(dialect_name: str) -> Insert:
             ),
         },
         where=or_(later_window, table.c.count + amount <= maximum),
-    ).returning(table.c.count)
+    ).returning(table.c.count, table.c.window_start)
     return upsert
 
 
@@ -81,11 +90,12 @@ def consume(
     maximum: int,
     amount: int = 1,
     window_end: int | None = None,
-) -> int | None:
+) -> Counted | None:
     """Add ``amount`` (at most ``maximum``) to counter ``name`` in the window starting at
     ``window_start`` (and ending at ``window_end``, epoch seconds, when known).
 
-    Returns the count after adding it, or None when the window cannot take it.
+    Returns the count after adding it and the window it went to, or None when the window
+    cannot take it.
     """
     params = {
         "name": name,
@@ -96,21 +106,26 @@ def consume(
     }
     bind = db.get_bind() if isinstance(db, Session) else db
     statement = upsert_statement(bind.dialect.name)
-    count = db.execute(statement, params).scalar()
-    return None if count is None else int(count)
+    row = db.execute(statement, params).first()
+    return None if row is None else Counted(int(row[0]), int(row[1]))
 
 
-#: what a window holds: bound by ``name`` and ``window_start``; no row for an empty window
-USED = select(Counter.__table__.c.count).where(
-    Counter.__table__.c.name == bindparam("name"),
-    Counter.__table__.c.window_start == bindparam("window_start"),
+#: what a counter holds and the window it holds it for: bound by ``name``; no row when unused
+STORED = select(Counter.__table__.c.count, Counter.__table__.c.window_start).where(
+    Counter.__table__.c.name == bindparam("name")
 )
+
+
+def stored(db: Session | Connection, name: str) -> Counted | None:
+    """What counter ``name`` holds, and in which window (None when it was never used)."""
+    row = db.execute(STORED, {"name": name}).first()
+    return None if row is None else Counted(int(row[0]), int(row[1]))
 
 
 def used(db: Session | Connection, name: str, window_start: int) -> int:
     """What counter ``name`` holds in the window starting at ``window_start``."""
-    found = db.execute(USED, {"name": name, "window_start": window_start}).scalar()
-    return 0 if found is None else int(found)
+    found = stored(db, name)
+    return found.held if found is not None and found.window_start == window_start else 0
 
 
 class CounterStore(Protocol):
@@ -124,7 +139,9 @@ class CounterStore(Protocol):
         maximum: int,
         amount: int = 1,
         window_end: int | None = None,
-    ) -> int | None: ...
+    ) -> Counted | None: ...
+
+    def stored(self, name: str) -> Counted | None: ...
 
 
 class SqlCounters:
@@ -138,8 +155,11 @@ class SqlCounters:
         maximum: int,
         amount: int = 1,
         window_end: int | None = None,
-    ) -> int | None:
+    ) -> Counted | None:
         return consume(self.db, name, window_start, maximum, amount, window_end)
+
+    def stored(self, name: str) -> Counted | None:
+        return stored(self.db, name)
 
 
 #: the mark in a per-session counter's name (``core.domain.limits.LimitRef.session_key``)
@@ -149,12 +169,11 @@ SESSION_MARK = ":session:"
 def sweep_sessions(db: Session | Connection, now_epoch: int) -> int:
     """Remove the per-session counters whose window is over (a session's counters do not
     outlive their window); returns how many went."""
-    table = Counter.__table__
-    result = db.execute(
-        delete(table).where(
+    result: Any = db.execute(
+        delete(Counter).where(
             and_(
-                table.c.name.contains(SESSION_MARK, autoescape=True),
-                table.c.window_end <= now_epoch,
+                Counter.name.contains(SESSION_MARK, autoescape=True),
+                Counter.window_end <= now_epoch,
             )
         )
     )

@@ -210,7 +210,7 @@ def test_memory_counters_take_all_or_nothing() -> None:
     roomy, tight = LimitRef("a", "a", 0, 5, 60), LimitRef("b", "b", 0, 1, 60)
     both = [one_call(roomy), one_call(tight)]
     assert counters(both, NOW) is None
-    assert counters(both, NOW) == Refusal(both[1], 1)
+    assert counters(both, NOW) == Refusal(both[1], 1, 1772445600)
     assert (counters.used(roomy, NOW), counters.used(tight, NOW)) == (1, 1)
     assert counters([one_call(roomy)], NOW) is None
     assert counters.used(roomy, NOW) == 2
@@ -220,7 +220,7 @@ def test_memory_counters_reset_with_the_window() -> None:
     counters, limit = MemoryCounters(), LimitRef("a", "a", 0, 1, 60)
     call = [one_call(limit)]
     assert counters(call, NOW) is None
-    assert counters(call, NOW + timedelta(seconds=59)) == Refusal(call[0], 1)
+    assert counters(call, NOW + timedelta(seconds=59)) == Refusal(call[0], 1, 1772445600)
     assert counters(call, NOW + timedelta(seconds=60)) is None
     assert counters.used(limit, NOW) == 0
 
@@ -272,7 +272,7 @@ def test_an_exhausted_limit_denies_with_retry_after() -> None:
     policies = [policy("p", {"type": "tool_allowlist"}, limit)]
 
     def exhausted(charges: Sequence[Charge], now: datetime) -> Refusal | None:
-        return Refusal(charges[0], 1)
+        return Refusal(charges[0], 1, charges[0].limit.window_start(now))
 
     later = NOW + timedelta(seconds=15)
     decision = settle(evaluate(policies, "x", {}, later), exhausted)

@@ -159,9 +159,11 @@ def test_counter_allows_exactly_the_maximum_then_resets_in_a_new_window(db):
     for _ in range(5):
         with db.transaction(write=True) as s:
             results.append(limits.consume(s, name, 600, 3))
-    assert results == [1, 2, 3, None, None]
+    assert results == [(1, 600), (2, 600), (3, 600), None, None]
     with db.transaction(write=True) as s:
-        assert limits.consume(s, name, 660, 3) == 1
+        assert limits.stored(s, name) == (3, 600)
+        assert limits.consume(s, name, 660, 3) == (1, 660)
         limits.reset(s, "test:")
+        assert limits.stored(s, name) is None
     with db.transaction(write=True) as s:
-        assert limits.consume(s, name, 660, 3) == 1
+        assert limits.consume(s, name, 660, 3) == (1, 660)

@@ -186,12 +186,13 @@ def test_a_database_counter_never_moves_back(database_url):
     try:
         name = "rule:held:0"
         with db.connect(write=True) as connection:
-            assert consume(connection, name, 1_000_005, 2) == 1
+            assert consume(connection, name, 1_000_005, 2) == (1, 1_000_005)
             # a call of the window before counts in the newer window, never resetting it
-            assert consume(connection, name, 1_000_000, 2) == 2
+            assert consume(connection, name, 1_000_000, 2) == (2, 1_000_005)
             assert consume(connection, name, 1_000_000, 2) is None
             assert consume(connection, name, 1_000_005, 2) is None
-            assert consume(connection, name, 1_000_010, 2) == 1  # a later window starts afresh
+            # a later window starts afresh
+            assert consume(connection, name, 1_000_010, 2) == (1, 1_000_010)
     finally:
         db.dispose()
 
@@ -204,6 +205,11 @@ def test_memory_counters_never_move_back():
     earlier = later - timedelta(seconds=3)
     assert counters(call, later) is None
     assert counters(call, earlier) is None  # counted in the later window
-    assert counters(call, earlier) == Refusal(call[0], 2)
-    assert counters(call, later) == Refusal(call[0], 2)
+    window = int(later.timestamp())  # 12:00:05 starts a window of 5 seconds
+    assert counters(call, earlier) == Refusal(call[0], 2, window)
+    assert counters(call, later) == Refusal(call[0], 2, window)
     assert counters.used(limit, later) == 2
+    # the call of the earlier window waits for the end of the later one that refused it
+    refused = counters(call, earlier)
+    assert refused is not None
+    assert refused.retry_after_seconds(earlier) == 8
