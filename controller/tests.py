@@ -254,7 +254,8 @@ def case_line(document: DocumentResult, case: CaseResult) -> str:
 
 def summary(report: TestReport) -> str:
     documents = len(report.documents)
-    return f"{report.passed} passed, {report.failed} failed ({documents} test documents)"
+    noun = "test document" if documents == 1 else "test documents"
+    return f"{report.passed} passed, {report.failed} failed ({documents} {noun})"
 
 
 # ------------------------------------------------------------------------------------ JUnit

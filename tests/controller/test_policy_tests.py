@@ -481,3 +481,107 @@ def test_a_case_with_neither_allowed_nor_outcome_is_a_validation_error(run, tmp_
     result = run(tmp_path)
     assert result.exit_code != 0
     assert "a case needs allowed or outcome" in result.output
+
+
+# ---------------------------------------------------------------------- budgets and sessions
+
+BUDGET_REPO = {
+    "agents/refund-bot.yaml": agent_doc("refund-bot"),
+    "policies/refunds.yaml": """
+        apiVersion: agentauth/v1
+        kind: Policy
+        metadata:
+          name: refunds
+        spec:
+          agent: refund-bot
+          rules:
+            - type: budget
+              tools: [payments.refund]
+              budget: {parameter: amount, max: 1000, windowSeconds: 86400}
+            - type: rate_limit
+              per: session
+              rateLimit: {maxCalls: 2, windowSeconds: 3600}
+            - type: tool_allowlist
+    """,
+}
+
+
+def test_a_case_states_the_calls_made_before_it_for_budgets_and_sessions(run, tmp_path):
+    """Five refunds of 300 against a budget of 1,000: the fourth is denied, stated as one case
+    with three earlier calls; earlier calls of one session count against its own limit only."""
+    write_files(
+        tmp_path / "repo",
+        {
+            **BUDGET_REPO,
+            "tests/refunds.yaml": """
+                apiVersion: agentauth/v1
+                kind: PolicyTest
+                metadata:
+                  name: refund-budget
+                spec:
+                  agent: refund-bot
+                  now: "2026-03-18T15:00:00Z"
+                  cases:
+                    - name: the fourth refund of 300
+                      tool: payments.refund
+                      parameters: {amount: 300}
+                      sessionId: chat-1
+                      before:
+                        - {times: 2}
+                        - {sessionId: chat-2}
+                      allowed: false
+                      reason: "exceeded: 900 spent, this call 300"
+                    - name: 100 more fits, in a third session
+                      tool: payments.refund
+                      parameters: {amount: 100}
+                      sessionId: chat-3
+                      allowed: true
+                    - name: chat-1 made two calls, its limit
+                      tool: payments.refund
+                      parameters: {amount: 0}
+                      sessionId: chat-1
+                      allowed: false
+                      reason: "rate limit of 2 calls per 3600 seconds per session exceeded"
+                    - name: without a session the per-session limit denies
+                      tool: payments.refund
+                      parameters: {amount: 0}
+                      allowed: false
+                      reason: "rule 1 (rate_limit): session required"
+            """,
+        },
+    )
+    result = run(tmp_path / "repo", "-v")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == "4 passed, 0 failed (1 test document)"
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("before: [{times: 0}]", "before"),
+        ("before: [{amount: 5}]", "before"),
+        ('sessionId: ""', "sessionId"),
+    ],
+)
+def test_a_bad_before_or_session_is_a_schema_error_and_nothing_runs(run, tmp_path, case, message):
+    write_files(
+        tmp_path / "repo",
+        {
+            **BUDGET_REPO,
+            "tests/refunds.yaml": f"""
+                apiVersion: agentauth/v1
+                kind: PolicyTest
+                metadata:
+                  name: refund-budget
+                spec:
+                  agent: refund-bot
+                  now: "2026-03-18T15:00:00Z"
+                  cases:
+                    - {{tool: payments.refund, allowed: true, {case}}}
+            """,
+        },
+    )
+    result = run(tmp_path / "repo")
+    assert result.exit_code == 1, result.output
+    assert message in result.output
+    assert "passed" not in result.stdout
