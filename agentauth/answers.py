@@ -60,6 +60,8 @@ class Decision:
     error: AuthzError | None = None
     approval_id: str | None = None
     approval_expires_at: datetime | None = None
+    #: the session the call named, as the service recorded it (None when it named none)
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,7 @@ def _decision(content: bytes) -> Decision:
             retry_after_seconds=_loose(body, "retryAfterSeconds", int),
             approval_id=_loose_approval_id(body),
             approval_expires_at=_loose_instant(body, "approvalExpiresAt"),
+            session_id=_loose(body, "sessionId", str),
         )
     outcome, reason = body.get("outcome"), _reason(body.get("reason"))
     if outcome != "allowed" or reason is None:
@@ -191,6 +194,7 @@ def _decision(content: bytes) -> Decision:
         retry_after_seconds=_optional(body, "retryAfterSeconds", int),
         approval_id=_approval_id(body),
         approval_expires_at=_instant(body, "approvalExpiresAt"),
+        session_id=_optional(body, "sessionId", str),
     )
 
 

@@ -55,6 +55,7 @@ class Outcome:
     decision: Decision
     audit_id: str
     latency_ms: float
+    session_id: str | None = None
 
     def as_response(self) -> dict[str, Any]:
         d = self.decision
@@ -70,6 +71,8 @@ class Outcome:
         if d.retry_after_seconds is not None:
             body["retryAfterSeconds"] = d.retry_after_seconds
         body["approvalId"] = d.approval_id
+        if self.session_id is not None:  # as audited: scrubbed of keys like every text
+            body["sessionId"] = scrub(self.session_id)
         if d.approval_expires_at is not None:
             body["approvalExpiresAt"] = isoformat(d.approval_expires_at)
         return body
@@ -229,7 +232,7 @@ def authorize(
             session_id=session_id,
             redacted=redacted,
         )
-        return Outcome(decision, row["id"], latency_ms), row
+        return Outcome(decision, row["id"], latency_ms, session_id), row
 
     if isinstance(decided, Decision):  # the audit row too is made before the hand-off
         outcome, row = entry(decided)

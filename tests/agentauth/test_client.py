@@ -296,11 +296,11 @@ def test_a_session_reaches_the_audit_log_per_call_or_per_guard(
 ):
     """``session_id`` on a call, else the guard's: what the audit entry names."""
     authz = AuthzClient(service, api_key)
-    authz.authorize(agent_id, "echo", {}, session_id="chat 42")
+    assert authz.authorize(agent_id, "echo", {}, session_id="chat 42").session_id == "chat 42"
     guard = Guard(authz, agent_id, session_id="run-1")
-    guard.check("echo", {})
-    guard.check("echo", {}, session_id="run-2")
-    Guard(authz, agent_id).check("echo", {})
+    assert guard.check("echo", {}).session_id == "run-1"
+    assert guard.check("echo", {}, session_id="run-2").session_id == "run-2"
+    assert Guard(authz, agent_id).check("echo", {}).session_id is None
     entries = client.get(
         "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
     ).json["data"]

@@ -127,11 +127,13 @@ def test_the_window_resets_at_its_boundary(client, admin_headers, clock):
 
 def test_session_counters_are_independent_and_a_session_is_required(client, admin_headers):
     agent = new_agent(client, admin_headers, budget(500, per="session"))
-    assert refund(client, admin_headers, agent, 500, session_id="chat-1")["allowed"] is True
+    first = refund(client, admin_headers, agent, 500, session_id="chat-1")
+    assert (first["allowed"], first["sessionId"]) == (True, "chat-1")
     assert refund(client, admin_headers, agent, 1, session_id="chat-1")["allowed"] is False
     assert refund(client, admin_headers, agent, 500, session_id="chat-2")["allowed"] is True
     missing = refund(client, admin_headers, agent, 1)
     assert (missing["allowed"], missing["ruleIndex"]) == (False, 0)
+    assert "sessionId" not in missing
     assert missing["reason"].endswith("(budget): session required")
     assert "retryAfterSeconds" not in missing
 
@@ -260,3 +262,45 @@ def test_session_counters_go_once_their_window_is_over(client, admin_headers, ap
 def policy_of(client: Any, headers: dict[str, str], agent: str) -> str:
     found = client.get("/v1/policies", query_string={"agent_id": agent}, headers=headers)
     return str(found.json["data"][0]["id"])
+
+
+@pytest.mark.parametrize(
+    "budget_spec",
+    [
+        {"parameter": "amount", "max": 0.0000001, "windowSeconds": 60},  # below one unit
+        {"parameter": "amount", "max": 0, "windowSeconds": 60},
+        {"parameter": "amount", "max": 10**12 + 1, "windowSeconds": 60},
+        {"parameter": "amount", "max": 10, "windowSeconds": 2_592_001},
+        {"parameter": "", "max": 10, "windowSeconds": 60},
+        {"max": 10, "windowSeconds": 60},
+    ],
+    ids=["below a millionth", "zero", "over 10^12", "over 30 days", "empty name", "no parameter"],
+)
+def test_a_budget_the_engine_could_not_count_is_refused(client, admin_headers, budget_spec):
+    agent = client.post("/v1/agents", json={"name": "bot"}, headers=admin_headers).json["id"]
+    rules = [{"type": "budget", "budget": budget_spec}, {"type": "tool_allowlist"}]
+    body = {"agent_id": agent, "name": "spend", "rules": rules}
+    answer = client.post("/v1/policies", json=body, headers=admin_headers)
+    assert answer.status_code == 400
+    assert answer.json["error"]["code"] == "VALIDATION_ERROR"
+    listed = client.get("/v1/policies", query_string={"agent_id": agent}, headers=admin_headers)
+    assert listed.json["data"] == []
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"type": "tool_allowlist", "per": "session"},
+        {
+            "type": "rate_limit",
+            "per": "conversation",
+            "rateLimit": {"maxCalls": 1, "windowSeconds": 1},
+        },
+        {"type": "rate_limit", "budget": {"parameter": "a", "max": 1, "windowSeconds": 1}},
+    ],
+    ids=["per on an allowlist", "unknown per", "budget on a rate limit"],
+)
+def test_per_and_budget_only_where_they_belong(client, admin_headers, rule):
+    agent = client.post("/v1/agents", json={"name": "bot"}, headers=admin_headers).json["id"]
+    body = {"agent_id": agent, "name": "p", "rules": [rule]}
+    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 400

@@ -840,7 +840,7 @@ def test_fields_side_by_side_line_up(page, world):
     sign_in(page, world.admin)
     page.get_by_role("link", name="Audit log").click()
     labels = page.locator("#audit-filters label")
-    expect(labels).to_have_count(7)
+    expect(labels).to_have_count(8)
     boxes = labels.evaluate_all(
         "ls => ls.map((l) => [l.firstChild, l.lastChild].map((e) => e.getBoundingClientRect()))"
     )
@@ -1469,7 +1469,7 @@ def test_a_scope_probe_of_a_non_admin_key_that_fails_is_shown_and_signs_nobody_i
     expect(page.locator("#who-scope")).to_have_text(scope)
 
 
-def test_the_agent_page_shows_its_limits_in_use_as_bars(page, world):
+def test_the_agent_page_shows_its_limits_in_use_as_bars(page, world, tmp_path):
     month = 2_592_000
     rules = [
         {"type": "rate_limit", "per": "session",
@@ -1501,6 +1501,7 @@ def test_the_agent_page_shows_its_limits_in_use_as_bars(page, world):
     expect(page.locator("#limits tbody tr").nth(0).locator("td.usage")).to_contain_text(
         "2 of 4 used, 2 left"
     )
+    screenshot(page, "agent-limits", tmp_path)
 
 
 def test_an_entry_names_its_session_and_the_audit_page_filters_by_it(page, world):

@@ -46,6 +46,7 @@ SAMPLES = {
     "^[^\\u0000]*$": "text",
     load_schema("common.json")["$defs"]["name"]["allOf"][0]["not"]["pattern"]: "a\u200bb",
     load_schema("common.json")["$defs"]["name"]["allOf"][1]["not"]["pattern"]: "a ",
+    load_schema("authorize.json")["$defs"]["sessionId"]["not"]["pattern"]: "caf\u00e9",
     "^svc_[0-9a-f]{6}$": "svc_0a1b2c",
     "^svc_[0-9a-f]{32}$": "svc_" + "0a" * 16,
     "^[0-9a-f]{64}$": "0a" * 32,
@@ -206,9 +207,11 @@ def _input_definitions() -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def test_every_name_and_id_property_of_the_inputs_is_a_name_or_a_uuid():
-    # a new name or id field must say which of the two it is, so it gets these tests' rules
+    # a new name or id field must say which of the two it is, so it gets these tests' rules; a
+    # session id is the third kind: printable ASCII (decisions §8), tested in test_budgets
     names = {"name", "agent", "policy", "tool", "tool_name"}
     kinds = {"common.json#/$defs/name", "common.json#/$defs/uuid"}
+    kinds |= {"#/$defs/sessionId", "authorize.json#/$defs/sessionId"}
     seen = []
     for ref, schema in _input_definitions():
         for where, node in _with_properties(schema, ref):

@@ -44,6 +44,7 @@ from core.domain.errors import NotFound
 from core.hotpath import approvals as deciding
 from core.hotpath.decisions import load_policies
 from core.hotpath.reads import Reads
+from core.hotpath.usage import usage
 from core.store import agents, approvals, audit, chain, keys, policies, sync_status, webhooks
 from core.store.database import Database
 from core.store.keys import ensure_workspace
@@ -323,6 +324,13 @@ def make_world(app: Any, client: Any, tenant: Tenant) -> World:
     rules = [
         {"type": "tool_allowlist", "tools": [tool, "read"]},
         {"type": "require_approval", "tools": [tool]},
+        # a counter of the workspace's own, which an agent's usage shows (no call is counted)
+        {
+            "type": "budget",
+            "tools": ["counted"],
+            "per": "session",
+            "budget": {"parameter": "n", "max": 10, "windowSeconds": 60},
+        },
     ]
     agent = make_agent(client, headers, f"agent-{tenant.name}", rules)
     policy = client.get(f"/v1/policies?agent_id={agent}", headers=headers).json["data"][0]["id"]
@@ -406,6 +414,9 @@ READS: dict[str, Read] = {
     "core.hotpath.decisions.load_policies": lambda s, me, other: load_policies(
         s.connection(), me.workspace, other.agent
     ),
+    "core.hotpath.usage.usage": lambda s, me, other: usage(
+        s, me.workspace, other.agent, NOW, "chat-1"
+    ),
 }
 #: reads whose answer holds no id or text of the objects behind it (a yes or no)
 BLIND = {"core.store.audit.is_export_truncated"}
@@ -463,6 +474,10 @@ UNSCOPED = {
     "core.store.webhooks.record_try": "the delivery worker, on a delivery it leased",
     "core.store.limits.consume": "a counter by name (a key's or a policy's id): no content",
     "core.store.limits.reset": "counters by name prefix, called with a scoped policy's id",
+    "core.store.limits.stored": "a counter by name (a key's or a policy's id): no content",
+    "core.store.limits.used": "a counter by name (a key's or a policy's id): no content",
+    "core.store.limits.sweep_sessions": "ended windows of every workspace's session counters, "
+    "counts only",
     "core.store.paging.paginate": "runs a query its caller built, scoped there",
     "core.store.database.check_connection": "the database itself, no rows",
     "core.store.migrate.upgrade": "the schema",
