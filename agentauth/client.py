@@ -200,22 +200,29 @@ class AsyncAuthzClient:
     async def _exchange(self, method: str, path: str, body: bytes | None) -> _Received:
         answer = _Answer(self._deadline)
         failure: ServiceUnavailableError | None = None
+        received: httpx.Response | None = None
         try:
             with anyio.fail_after(None if math.isinf(self._deadline) else self._deadline):
                 async with self._http.stream(method, path, content=body) as response:
+                    received = response
                     async for chunk in response.aiter_bytes():
                         if not answer.add(chunk):
                             break
         except httpx.HTTPError as exc:
             failure = _unreachable(exc, self.base_url)
         except TimeoutError:
-            failure = ServiceUnavailableError(
-                f"no answer from {self.base_url} within {self._deadline:g} s", code="UNAVAILABLE"
-            )
+            if received is None:  # not even the status within the deadline
+                failure = ServiceUnavailableError(
+                    f"no answer from {self.base_url} within {self._deadline:g} s",
+                    code="UNAVAILABLE",
+                )
+            else:  # the status came, the body did not: as the blocking client, a cut answer
+                answer.whole = False
         if failure is not None:  # raised outside the except: no httpx error (nor key) behind it
             raise failure
+        assert received is not None  # without a failure, the answer's status came
         return _Received(
-            response.status_code, response.headers, bytes(answer.content), answer.whole
+            received.status_code, received.headers, bytes(answer.content), answer.whole
         )
 
     async def aclose(self) -> None:

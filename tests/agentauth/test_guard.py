@@ -160,6 +160,23 @@ def test_a_body_trickled_past_the_deadline_counts_as_unreachable():
     assert "authorization service unreachable" in decision.reason
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["AuthzClient", "AsyncAuthzClient"])
+def test_a_refusal_whose_body_trickles_past_the_deadline_still_denies(asynchronous):
+    """The status came in time, the body did not: a 401 is a refused key, never an outage that
+    on_error="allow" would let through (both clients alike)."""
+    body = json.dumps({"error": {"code": "UNAUTHORIZED", "message": "x" * 400}}).encode()
+    with faulty_service(401, body, trickle=True) as (base, _):
+        if asynchronous:
+            guard = Guard(AsyncAuthzClient(base, KEY, timeout=0.5), "agent", on_error="allow")
+            decision = anyio.run(guard.check_async, "calendar.create", {})
+        else:
+            guard = Guard(AuthzClient(base, KEY, timeout=0.5), "agent", on_error="allow")
+            decision = guard.check("calendar.create", {})
+    assert decision.allowed is False
+    assert decision.error is not None
+    assert decision.error.status_code == 401
+
+
 def test_retry_after_as_an_http_date_gives_the_wait():
     """The wait is the time from when the answer was read to the date, in whole seconds
     rounded up: bounded by the clock read before the call and after it, however long the call
