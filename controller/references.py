@@ -70,8 +70,22 @@ def _declared(
     )
 
 
+#: the calls one PolicyTest may make, its cases' and their ``before`` calls together: a
+#: repository is input, and a pull request must not keep its CI evaluating for hours
+MAX_TEST_CALLS = 100_000
+
+
 def _check_test(test: Document, declared: _Declared) -> list[Problem]:
     agent, cases = test.spec["agent"], test.spec["cases"]
+    calls = sum(
+        1 + sum(earlier.get("times", 1) for earlier in case.get("before") or ()) for case in cases
+    )
+    if calls > MAX_TEST_CALLS:
+        message = (
+            f"makes {calls:,} calls (its cases and their before calls); "
+            f"a PolicyTest makes at most {MAX_TEST_CALLS:,}"
+        )
+        return [test.problem("spec.cases", message)]
     whole = _why_test_not_checked(agent, declared)
     if whole is not None:
         return [_not_checked(test, len(cases), whole)]

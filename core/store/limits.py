@@ -1,16 +1,15 @@
 """Fixed-window counters, exact across processes and hosts sharing the database.
 
 One atomic conditional upsert per counter: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE count +
-amount <= max RETURNING count`` (a rate limit's amount is one call; a budget's, the call's
-amount in units). A later window resets the count; a window that cannot take the amount returns
-no row. A
-counter never moves back: a call of an earlier window than the stored one (decided a moment
-before a concurrent call that opened the next window, or on a host whose clock lags) is counted
-in the stored window, never resetting it. There is no read-then-write, so concurrent callers
-can never both take the last slot.
+amount <= max RETURNING count, window_start`` (a rate limit's amount is one call; a budget's,
+the call's amount in units). A later window resets the count; a window that cannot take the
+amount returns no row. A counter never moves back: a call of an earlier window than the stored
+one (decided a moment before a concurrent call that opened the next window, or on a host whose
+clock lags) is counted in the stored window, never resetting it, and the window returned says
+so. There is no read-then-write, so concurrent callers can never both take the last slot.
 
-Called on every request (the per-key limit) and every authorize with a rate_limit rule, so the
-statement is built once per dialect and only its parameters change.
+Called on every request (the per-key limit) and every authorize with a rate_limit or budget
+rule, so the statement is built once per dialect and only its parameters change.
 """
 
 from __future__ import annotations
@@ -25,13 +24,11 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
-    literal_column,
     or_,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnClause
 
 from core.store.models import Counter
 
@@ -42,10 +39,6 @@ class Counted(NamedTuple):
 
     held: int
     window_start: int
-
-
-#: a count of one, written into the SQL rather than bound
-ONE: ColumnClause[int] = literal_column("1")
 
 
 @cache

@@ -585,3 +585,35 @@ def test_a_bad_before_or_session_is_a_schema_error_and_nothing_runs(run, tmp_pat
     assert result.exit_code == 1, result.output
     assert message in result.output
     assert "passed" not in result.stdout
+
+
+def test_a_test_making_too_many_calls_is_an_error_and_nothing_runs(run, tmp_path):
+    """One line of `before` can stand for 10,000 calls: a PolicyTest is bounded at 100,000
+    calls in all, so a pull request cannot keep CI evaluating for hours."""
+    before = "[" + ", ".join(["{times: 10000}"] * 10) + "]"
+    cases = "\n".join(
+        f"                    - {{tool: payments.refund, allowed: true, before: {before}}}"
+        for _ in range(2)
+    )
+    write_files(
+        tmp_path / "repo",
+        {
+            **BUDGET_REPO,
+            "tests/refunds.yaml": f"""
+                apiVersion: agentauth/v1
+                kind: PolicyTest
+                metadata:
+                  name: refund-budget
+                spec:
+                  agent: refund-bot
+                  now: "2026-03-18T15:00:00Z"
+                  cases:
+{cases}
+            """,
+        },
+    )
+    result = run(tmp_path / "repo")
+    assert result.exit_code == 1, result.output
+    assert "makes 200,002 calls" in result.output
+    assert "at most 100,000" in result.output
+    assert "passed" not in result.stdout
