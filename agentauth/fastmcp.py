@@ -59,7 +59,8 @@ def protect(server: Any, guard: Guard) -> Any:
             if answering and rounds.take(message.name, arguments):
                 return await self._run(context, call_next)
             # the MCP session of streamable HTTP, when the call came over it
-            session = transport_session(dependencies.get_http_headers(include={SESSION_HEADER}))
+            headers = dependencies.get_http_headers(include={SESSION_HEADER})
+            session = transport_session(guard, headers)
             decision = await guard.check_async(message.name, arguments, session_id=session)
             hashed = addressing.parse_hashed_backend_name(message.name)
             if decision.allowed and hashed is not None:

@@ -19,9 +19,11 @@ allowed round that asked, within :data:`ROUND_SECONDS`, goes on without a second
 (which would count the call twice against rate limits and ask for a second approval); each
 allowed round that asks admits one such round, once.
 
-Each call names the MCP session its transport negotiated (the ``mcp-session-id`` of streamable
-HTTP), so per-session rate limits and budgets count per MCP session; where the transport has no
-session (stdio, in memory, stateless HTTP) the guard's own ``session_id`` applies, if any.
+A guard made with a ``session_id`` names every call with it. Without one, each call names the MCP
+session its transport negotiated (the ``mcp-session-id`` of streamable HTTP), so per-session
+rate limits and budgets count per MCP session; calls without (stdio, in memory) name none. A
+client may open as many sessions as it likes (and on stateless HTTP may send any id): what one
+client may do in all is bounded by per-agent limits, not per-session ones.
 
 A call the service escalates to a human is denied the same way, with the text of
 :mod:`agentauth.guard` (approval required, the approval's id and expiry, the service's reason);
@@ -60,9 +62,12 @@ SESSION_HEADER = "mcp-session-id"
 _SESSION_ID = re.compile(r"[\x20-\x7e]{1,255}")
 
 
-def transport_session(headers: Mapping[str, str] | None) -> str | None:
-    """The MCP session id in the headers of the HTTP request a call came in (None without
-    one: stdio, in memory, stateless HTTP, or an id the service could not take)."""
+def transport_session(guard: Guard, headers: Mapping[str, str] | None) -> str | None:
+    """The session a call names: None when the guard has its own (which then applies), else
+    the MCP session id in the headers of the HTTP request the call came in (None without one:
+    stdio, in memory, or an id the service could not take)."""
+    if guard.session_id is not None:  # set by whoever runs the server: a client cannot undo it
+        return None
     value = None if headers is None else headers.get(SESSION_HEADER)
     return value if isinstance(value, str) and _SESSION_ID.fullmatch(value) else None
 
@@ -148,7 +153,7 @@ def _protect_v2(server: Any, guard: Guard) -> Any:
         arguments = arguments or {}
         answering = params.get("inputResponses") is not None or params.get("requestState")
         if not (answering and rounds.take(name, arguments)):
-            session = transport_session(getattr(ctx.request, "headers", None))
+            session = transport_session(guard, getattr(ctx.request, "headers", None))
             decision = await guard.check_async(name, arguments, session_id=session)
             if not decision.allowed:
                 return denial(decision.reason)
@@ -221,7 +226,8 @@ def _protect_v1(server: Any, guard: Guard) -> Any:
     async def guarded_request(request: types.CallToolRequest) -> Any:
         params = request.params
         try:
-            session = transport_session(getattr(lowlevel.request_context.request, "headers", None))
+            http = lowlevel.request_context.request
+            session = transport_session(guard, getattr(http, "headers", None))
         except LookupError:  # not inside a request of the protocol
             session = None
         decision = await guard.check_async(params.name, params.arguments or {}, session_id=session)

@@ -12,9 +12,10 @@
  * denial is not run through the tool's output schema) and never reaches the tool; an allowed
  * call goes to the SDK's own handler unchanged.
  *
- * Each call names the MCP session its transport negotiated (streamable HTTP's `mcp-session-id`),
- * so per-session rate limits and budgets count per MCP session; where the transport has no
- * session (stdio, in memory, stateless HTTP) the guard's own `sessionId` applies, if any.
+ * A guard made with a `sessionId` names every call with it. Without one, each call names the MCP
+ * session its transport negotiated (streamable HTTP's `mcp-session-id`), so per-session rate
+ * limits and budgets count per MCP session; calls without (stdio, in memory) name none. A client
+ * may open as many sessions as it likes: per-agent limits bound what one client may do in all.
  *
  * A call the service escalates to a human is denied the same way (approval required, the
  * approval's id and expiry, the service's reason); a guard made with `waitForApprovalMs` first
@@ -112,7 +113,8 @@ export function protect<S extends object>(server: S, guard: Guard): S {
       if (malformed) {
         return handler(request, extra); // the SDK refuses it: no tool runs
       }
-      const session = transportSession(extra);
+      // the guard's own session, set by whoever runs the server, is never undone by a client
+      const session = guard.sessionId === undefined ? transportSession(extra) : undefined;
       const decision = await guard.check(name, (args ?? {}) as Record<string, unknown>, {
         ...(session === undefined ? {} : { sessionId: session }),
         ...(extra?.signal === undefined ? {} : { signal: extra.signal }),

@@ -323,3 +323,26 @@ describe('protect(low-level Server)', () => {
     );
   });
 });
+
+describe('protect: the session a call names', () => {
+  test("the transport's session without a guard session; the guard's own whatever the client sends", async () => {
+    for (const guardSession of [undefined, 'run-1']) {
+      const service = await policyService(['echo']);
+      cleanups.push(() => service.close());
+      const client = new AuthzClient({ baseUrl: service.baseUrl, apiKey: KEY, timeoutMs: 10_000 });
+      const guard = new Guard({ client, agentId: AGENT, ...(guardSession ? { sessionId: guardSession } : {}) });
+      const mcp = new McpServer({ name: 'echo', version: '1.0.0' });
+      mcp.registerTool('echo', { inputSchema: { words: z.string() } }, async ({ words }) => text(words));
+      guard.protect(mcp);
+      // the handler every call goes through, as a transport hands it a call of MCP session s-1
+      const handlers = (mcp.server as unknown as { _requestHandlers: Map<string, Function> })._requestHandlers;
+      const handle = handlers.get('tools/call');
+      assert.ok(handle);
+      const request = { method: 'tools/call', params: { name: 'echo', arguments: { words: 'hi' } } };
+      const extra = { sessionId: 's-1', signal: new AbortController().signal, requestId: 1,
+        sendNotification: async () => {}, sendRequest: async () => ({}) };
+      await handle(request, extra);
+      assert.deepEqual(service.checks().map((c) => c.session_id), [guardSession ?? 's-1']);
+    }
+  });
+});

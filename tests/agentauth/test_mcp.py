@@ -371,3 +371,31 @@ async def test_without_a_transport_session_the_guards_own_applies(
         "/v1/audit-logs", query_string={"agent_id": agent.json["id"]}, headers=admin_headers
     ).json["data"]
     assert [e["sessionId"] for e in reversed(entries)] == ["run-7", None]
+
+
+async def test_the_guards_own_session_names_every_call_whatever_the_client_sends(
+    service, api_key, client, admin_headers
+):
+    """Whoever runs the server set the guard's session_id: an MCP client cannot undo it by
+    opening sessions (or, on stateless HTTP, sending ids of its choice)."""
+    agent = client.post("/v1/agents", json={"name": "chat-bot"}, headers=admin_headers)
+    rules = [
+        {
+            "type": "rate_limit",
+            "per": "session",
+            "rateLimit": {"maxCalls": 1, "windowSeconds": 3600},
+        },
+        {"type": "tool_allowlist", "tools": ["echo"]},
+    ]
+    body = {"agent_id": agent.json["id"], "name": "one-echo-per-run", "rules": rules}
+    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    guard = Guard(AsyncAuthzClient(service, api_key), agent.json["id"], session_id="run-1")
+    with served_over_http(guard.protect(build_server([]))) as url:
+        _first_id, first = await echo_twice(url)
+        _second_id, second = await echo_twice(url)
+    assert first == [True, False]
+    assert second == [False, False]  # the run's one call is spent, whatever the MCP session
+    entries = client.get(
+        "/v1/audit-logs", query_string={"agent_id": agent.json["id"]}, headers=admin_headers
+    ).json["data"]
+    assert {e["sessionId"] for e in entries} == {"run-1"}
