@@ -71,8 +71,8 @@ class Outcome:
         if d.retry_after_seconds is not None:
             body["retryAfterSeconds"] = d.retry_after_seconds
         body["approvalId"] = d.approval_id
-        if self.session_id is not None:  # as audited: scrubbed of keys like every text
-            body["sessionId"] = scrub(self.session_id)
+        if self.session_id is not None:  # as audited (scrubbed of keys like every text)
+            body["sessionId"] = self.session_id
         if d.approval_expires_at is not None:
             body["approvalExpiresAt"] = isoformat(d.approval_expires_at)
         return body
@@ -232,7 +232,7 @@ def authorize(
             session_id=session_id,
             redacted=redacted,
         )
-        return Outcome(decision, row["id"], latency_ms, session_id), row
+        return Outcome(decision, row["id"], latency_ms, row["session_id"]), row
 
     if isinstance(decided, Decision):  # the audit row too is made before the hand-off
         outcome, row = entry(decided)

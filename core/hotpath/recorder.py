@@ -41,7 +41,7 @@ from core.hotpath.chain import AuditRow, Chain, ChainStatements
 from core.hotpath.sql import Compiled, compile_for
 from core.store import audit
 from core.store.database import Database
-from core.store.limits import STORED, Counted, upsert_statement
+from core.store.limits import STORED, Counted, upsert_statement, upsert_values
 from core.store.models import AuditEntry
 
 log = logging.getLogger("agentauth.recorder")
@@ -121,13 +121,7 @@ class Batch:
     ) -> Counted | None:
         """``amount`` added to a fixed-window counter (see core.store.limits); None when its
         window cannot take it (and then nothing was changed)."""
-        params = {
-            "name": name,
-            "window_start": window_start,
-            "window_end": window_end,
-            "amount": amount,
-            "maximum": maximum,
-        }
+        params = upsert_values(name, window_start, maximum, amount, window_end)
         self._cursor.execute(self._sql.upsert.sql, self._sql.upsert.bind(params))
         row = self._cursor.fetchone()
         if row is None:

@@ -76,6 +76,19 @@ def upsert_statement(dialect_name: str) -> Insert:
     return upsert
 
 
+def upsert_values(
+    name: str, window_start: int, maximum: int, amount: int, window_end: int | None
+) -> dict[str, Any]:
+    """The upsert's bound values by name (the statement of :func:`upsert_statement`)."""
+    return {
+        "name": name,
+        "window_start": window_start,
+        "window_end": window_end,
+        "amount": amount,
+        "maximum": maximum,
+    }
+
+
 def consume(
     db: Session | Connection,
     name: str,
@@ -90,13 +103,7 @@ def consume(
     Returns the count after adding it and the window it went to, or None when the window
     cannot take it.
     """
-    params = {
-        "name": name,
-        "window_start": window_start,
-        "window_end": window_end,
-        "amount": amount,
-        "maximum": maximum,
-    }
+    params = upsert_values(name, window_start, maximum, amount, window_end)
     bind = db.get_bind() if isinstance(db, Session) else db
     statement = upsert_statement(bind.dialect.name)
     row = db.execute(statement, params).first()

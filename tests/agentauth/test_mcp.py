@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from agentauth import AsyncAuthzClient, AuthzClient, Guard
 from tests.agentauth.cases import each_case, judge, stand_in
 from tests.agentauth.faults import faulty_service
+from tests.api.helpers import make_agent
 from tests.server import WAIT_SECONDS, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -307,6 +308,16 @@ def served_over_http(server: FastMCP) -> Iterator[str]:
         listener.close()
 
 
+def echo_agent(client: Any, headers: dict[str, str], *, max_calls: int, window: int) -> str:
+    """An agent that may call echo, at most ``max_calls`` times per session per ``window``."""
+    limit = {"maxCalls": max_calls, "windowSeconds": window}
+    rules = [
+        {"type": "rate_limit", "per": "session", "rateLimit": limit},
+        {"type": "tool_allowlist", "tools": ["echo"]},
+    ]
+    return make_agent(client, headers, "chat-bot", rules)
+
+
 async def echo_twice(url: str) -> tuple[str | None, list[bool]]:
     """One MCP session: its id and whether each of two echo calls ran."""
     async with (
@@ -323,18 +334,8 @@ async def test_each_mcp_session_has_its_own_per_session_limits(
 ):
     """Over streamable HTTP the guard names the transport's MCP session in each call: a rate
     limit per session of one call lets each session make one, and the audit log names them."""
-    agent = client.post("/v1/agents", json={"name": "chat-bot"}, headers=admin_headers)
-    rules = [
-        {
-            "type": "rate_limit",
-            "per": "session",
-            "rateLimit": {"maxCalls": 1, "windowSeconds": 3600},
-        },
-        {"type": "tool_allowlist", "tools": ["echo"]},
-    ]
-    body = {"agent_id": agent.json["id"], "name": "one-echo-per-chat", "rules": rules}
-    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
-    guard = Guard(AsyncAuthzClient(service, api_key), agent.json["id"])
+    agent_id = echo_agent(client, admin_headers, max_calls=1, window=3600)
+    guard = Guard(AsyncAuthzClient(service, api_key), agent_id)
     with served_over_http(guard.protect(build_server([]))) as url:
         first_id, first = await echo_twice(url)
         second_id, second = await echo_twice(url)
@@ -342,7 +343,7 @@ async def test_each_mcp_session_has_its_own_per_session_limits(
     assert first_id is not None
     assert second_id not in (None, first_id)
     entries = client.get(
-        "/v1/audit-logs", query_string={"agent_id": agent.json["id"]}, headers=admin_headers
+        "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
     ).json["data"]
     assert [e["sessionId"] for e in reversed(entries)] == [first_id] * 2 + [second_id] * 2
 
@@ -352,23 +353,17 @@ async def test_without_a_transport_session_the_guards_own_applies(
 ):
     """In memory there is no MCP session: the guard's session_id names the calls, and without
     one a per-session rule denies ("session required")."""
-    agent = client.post("/v1/agents", json={"name": "chat-bot"}, headers=admin_headers)
-    rules = [
-        {"type": "rate_limit", "per": "session", "rateLimit": {"maxCalls": 5, "windowSeconds": 60}},
-        {"type": "tool_allowlist", "tools": ["echo"]},
-    ]
-    body = {"agent_id": agent.json["id"], "name": "per-chat", "rules": rules}
-    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
+    agent_id = echo_agent(client, admin_headers, max_calls=5, window=60)
     authz = AsyncAuthzClient(service, api_key)
     for session_id, runs in (("run-7", True), (None, False)):
-        server = Guard(authz, agent.json["id"], session_id=session_id).protect(build_server([]))
+        server = Guard(authz, agent_id, session_id=session_id).protect(build_server([]))
         async with create_connected_server_and_client_session(server._mcp_server) as mcp:
             result = await mcp.call_tool("echo", {"text": "hi"})
         assert result.isError is (not runs)
         if not runs:
             assert result.content[0].text.endswith("(rate_limit): session required")
     entries = client.get(
-        "/v1/audit-logs", query_string={"agent_id": agent.json["id"]}, headers=admin_headers
+        "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
     ).json["data"]
     assert [e["sessionId"] for e in reversed(entries)] == ["run-7", None]
 
@@ -378,24 +373,14 @@ async def test_the_guards_own_session_names_every_call_whatever_the_client_sends
 ):
     """Whoever runs the server set the guard's session_id: an MCP client cannot undo it by
     opening sessions (or, on stateless HTTP, sending ids of its choice)."""
-    agent = client.post("/v1/agents", json={"name": "chat-bot"}, headers=admin_headers)
-    rules = [
-        {
-            "type": "rate_limit",
-            "per": "session",
-            "rateLimit": {"maxCalls": 1, "windowSeconds": 3600},
-        },
-        {"type": "tool_allowlist", "tools": ["echo"]},
-    ]
-    body = {"agent_id": agent.json["id"], "name": "one-echo-per-run", "rules": rules}
-    assert client.post("/v1/policies", json=body, headers=admin_headers).status_code == 201
-    guard = Guard(AsyncAuthzClient(service, api_key), agent.json["id"], session_id="run-1")
+    agent_id = echo_agent(client, admin_headers, max_calls=1, window=3600)
+    guard = Guard(AsyncAuthzClient(service, api_key), agent_id, session_id="run-1")
     with served_over_http(guard.protect(build_server([]))) as url:
         _first_id, first = await echo_twice(url)
         _second_id, second = await echo_twice(url)
     assert first == [True, False]
     assert second == [False, False]  # the run's one call is spent, whatever the MCP session
     entries = client.get(
-        "/v1/audit-logs", query_string={"agent_id": agent.json["id"]}, headers=admin_headers
+        "/v1/audit-logs", query_string={"agent_id": agent_id}, headers=admin_headers
     ).json["data"]
     assert {e["sessionId"] for e in entries} == {"run-1"}

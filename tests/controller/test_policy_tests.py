@@ -506,6 +506,16 @@ BUDGET_REPO = {
 }
 
 
+def write_budget_test(root: Path, cases: list[str]) -> None:
+    """BUDGET_REPO and a PolicyTest of ``cases`` (each a YAML flow mapping) under ``root``."""
+    listed = "".join(f"\n    - {case}" for case in cases)
+    document = (
+        "apiVersion: agentauth/v1\nkind: PolicyTest\nmetadata:\n  name: refund-budget\n"
+        'spec:\n  agent: refund-bot\n  now: "2026-03-18T15:00:00Z"\n  cases:' + listed + "\n"
+    )
+    write_files(root, {**BUDGET_REPO, "tests/refunds.yaml": document})
+
+
 def test_a_case_states_the_calls_made_before_it_for_budgets_and_sessions(run, tmp_path):
     """Five refunds of 300 against a budget of 1,000: the fourth is denied, stated as one case
     with three earlier calls; earlier calls of one session count against its own limit only."""
@@ -564,23 +574,7 @@ def test_a_case_states_the_calls_made_before_it_for_budgets_and_sessions(run, tm
     ],
 )
 def test_a_bad_before_or_session_is_a_schema_error_and_nothing_runs(run, tmp_path, case, message):
-    write_files(
-        tmp_path / "repo",
-        {
-            **BUDGET_REPO,
-            "tests/refunds.yaml": f"""
-                apiVersion: agentauth/v1
-                kind: PolicyTest
-                metadata:
-                  name: refund-budget
-                spec:
-                  agent: refund-bot
-                  now: "2026-03-18T15:00:00Z"
-                  cases:
-                    - {{tool: payments.refund, allowed: true, {case}}}
-            """,
-        },
-    )
+    write_budget_test(tmp_path / "repo", [f"{{tool: payments.refund, allowed: true, {case}}}"])
     result = run(tmp_path / "repo")
     assert result.exit_code == 1, result.output
     assert message in result.output
@@ -591,27 +585,8 @@ def test_a_test_making_too_many_calls_is_an_error_and_nothing_runs(run, tmp_path
     """One line of `before` can stand for 10,000 calls: a PolicyTest is bounded at 100,000
     calls in all, so a pull request cannot keep CI evaluating for hours."""
     before = "[" + ", ".join(["{times: 10000}"] * 10) + "]"
-    cases = "\n".join(
-        f"                    - {{tool: payments.refund, allowed: true, before: {before}}}"
-        for _ in range(2)
-    )
-    write_files(
-        tmp_path / "repo",
-        {
-            **BUDGET_REPO,
-            "tests/refunds.yaml": f"""
-                apiVersion: agentauth/v1
-                kind: PolicyTest
-                metadata:
-                  name: refund-budget
-                spec:
-                  agent: refund-bot
-                  now: "2026-03-18T15:00:00Z"
-                  cases:
-{cases}
-            """,
-        },
-    )
+    case = f"{{tool: payments.refund, allowed: true, before: {before}}}"
+    write_budget_test(tmp_path / "repo", [case, case])
     result = run(tmp_path / "repo")
     assert result.exit_code == 1, result.output
     assert "makes 200,002 calls" in result.output
