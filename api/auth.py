@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
+from werkzeug.datastructures import MultiDict
 
 from api.context import close_reader, now, principal, reader, services
 from core.domain.errors import InsufficientScope, RateLimited, StorageError, ValidationError
@@ -62,11 +63,16 @@ def check_query() -> None:
     view = _view()
     if request.routing_exception is not None or view is None:
         return
-    accepted: frozenset[str] = getattr(view, "_agentauth_query", frozenset())
-    for name in request.args:
+    refuse_query(request.args, getattr(view, "_agentauth_query", frozenset()))
+
+
+def refuse_query(args: MultiDict[str, str], accepted: frozenset[str]) -> None:
+    """ValidationError for a query parameter not in ``accepted``, one given twice, or a value
+    holding NUL (see :func:`takes_query`)."""
+    for name in args:
         if name not in accepted:
             raise ValidationError.field(name, "unknown query parameter")
-        values = request.args.getlist(name)
+        values = args.getlist(name)
         if len(values) > 1:
             raise ValidationError.field(name, "must be given at most once")
         if "\x00" in values[0]:
@@ -140,7 +146,10 @@ def authenticate_request() -> None:
     if not getattr(view, "_agentauth_deferred_slot", False):
         with svc.db.connect(write=True) as connection:
             g.key_slot.take(SqlCounters(connection))
-    needed = getattr(view, "_agentauth_scope", Scope.READ_ONLY)
+    require_scope(caller, getattr(view, "_agentauth_scope", Scope.READ_ONLY))
+
+
+def require_scope(caller: keys.Principal, needed: Scope) -> None:
     if not caller.can(needed):
         raise InsufficientScope(f"this operation needs an API key with the {needed} scope")
 
@@ -169,7 +178,7 @@ def add_rate_headers(response: Response) -> Response:
 
 def settle_slot(slot: KeySlot, status: int, db: Database) -> dict[str, str]:
     """Once the answer's status is known: count a request whose view failed before taking its
-    slot, and give the rate-limit headers (also used by ``api.authorize.FastPath``)."""
+    slot, and give the rate-limit headers (also used by ``api.authorize.Endpoint``)."""
     if not slot.taken and status >= 500:
         # the service failed this request: it is not charged to the key, and an unavailable
         # database is not waited for a second time just to count it

@@ -40,7 +40,11 @@ def _fail(error: AgentAuthError) -> NoReturn:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--db", help=DATABASE_URL_HELP)
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    help="worker processes  [default: one per processor this process may run on]",
+)
 @click.option(
     "--threads",
     default=4,
@@ -55,7 +59,13 @@ def _fail(error: AgentAuthError) -> NoReturn:
 )
 @click.option("--watch", is_flag=True, help="with --repo: apply it again whenever a file is saved")
 def serve(
-    host: str, port: int, db: str | None, workers: int, threads: int, repo: Path | None, watch: bool
+    host: str,
+    port: int,
+    db: str | None,
+    workers: int | None,
+    threads: int,
+    repo: Path | None,
+    watch: bool,
 ) -> None:
     """Bring the schema up to date, apply --repo if given, then serve the API."""
     from api.server import serve as run_server
@@ -70,7 +80,14 @@ def serve(
         _fail(exc)
     if repo is not None:
         _apply_before_serving(repo, settings)
-    click.echo(f"agentauth serving on http://{host}:{port}", err=False)
+    if workers is None:
+        workers = default_workers()
+    click.echo(
+        f"agentauth serving on http://{host}:{port} "
+        f"({workers} worker processes x {threads} threads; {usable_processors()} processors "
+        "usable)",
+        err=False,
+    )
     sys.stdout.flush()
     watcher = Controller(["watch", str(repo)], settings) if watch and repo else None
     try:
@@ -78,6 +95,17 @@ def serve(
     finally:
         if watcher is not None:
             watcher.stop()
+
+
+def default_workers() -> int:
+    """One worker process per processor this process may run on (a container's CPU set, not
+    the host's count): the app runs Python, one processor per process at a time, and each
+    worker's threads mostly wait for the database (bench/RESULTS.md, #21)."""
+    return min(64, usable_processors())
+
+
+def usable_processors() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def _apply_before_serving(directory: Path, settings: Settings) -> None:

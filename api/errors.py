@@ -63,7 +63,7 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
 def render_error(error: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Status, body and extra headers for an error raised while serving a request, with what
     an operator sees of it (log line, metrics): the one rendering of errors, for Flask's
-    handlers here and for the authorize fast path (``api.authorize.FastPath``)."""
+    handlers here and for ``POST /v1/authorize`` (:class:`api.authorize.Endpoint`)."""
     if not isinstance(error, errors.AgentAuthError):
         log.error("unexpected error", exc_info=error)
         return 500, error_body("INTERNAL_ERROR", "unexpected server error"), {}
@@ -88,25 +88,32 @@ def handle_error(error: Exception) -> Response:
 
 
 def handle_http_error(error: HTTPException) -> Response:
+    status, body, headers = render_http_error(error, int(current_app.config["MAX_CONTENT_LENGTH"]))
+    response = jsonify(body)
+    response.status_code = status
+    response.headers.update(headers)
+    return response
+
+
+def render_http_error(
+    error: HTTPException, max_body: int
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Status, body and extra headers (``Allow`` of a 405) for one of Werkzeug's errors: a
+    routing miss, a body too large or cut short."""
     status = error.code or 500
     code = HTTP_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST")
     messages = {
         404: "no such endpoint",
         405: "method not allowed for this endpoint",
-        413: f"the request body is larger than the limit of {_size(current_app)}",
+        413: f"the request body is larger than the limit of {_size(max_body)}",
     }
-    response = error_response(status, code, messages.get(status, error.description or code))
-    if status == 405:
-        allowed = error.get_headers().__iter__()
-        for name, value in allowed:
-            if name.lower() == "allow":
-                response.headers["Allow"] = value
-    return response
+    body = error_body(code, messages.get(status, error.description or code))
+    headers = {k: v for k, v in error.get_headers() if status == 405 and k.lower() == "allow"}
+    return status, body, headers
 
 
-def _size(app: Flask) -> str:
+def _size(limit: int) -> str:
     """The body limit in words: ``1 MiB (1,048,576 bytes)``."""
-    limit = int(app.config["MAX_CONTENT_LENGTH"])
     mib, rest = divmod(limit, 1024 * 1024)
     return f"{mib} MiB ({limit:,} bytes)" if mib and not rest else f"{limit:,} bytes"
 

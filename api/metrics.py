@@ -59,6 +59,12 @@ LATENCY = Histogram(
     "Time from receipt of an authorize request to its committed decision",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+BATCH_SIZE = Histogram(
+    "agentauth_decision_batch_size",
+    "Decisions committed together, one observation per commit (group commit: how many "
+    "decisions share one transaction and one durable write)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
 AUDIT_FAILURES = Counter(
     "agentauth_audit_write_failures", "Decisions whose audit entry could not be written"
 )

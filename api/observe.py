@@ -1,5 +1,5 @@
 """What operators see of each request: a request id and one JSON log line; and when the
-request was received (``g.received``), from which decision latency is measured too.
+request was received (``g.received``), from which its duration is measured.
 
 Every response carries ``X-Request-Id``: the caller's own when it sent a sane one (1 to 128
 characters of ``A-Z a-z 0-9 . _ : -``, and holding no API key), else a new one; the same id is
@@ -29,10 +29,12 @@ from core.store.keys import Principal
 
 HEADER = "X-Request-Id"
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
-RECEIVED = "agentauth.received"  # a WSGI environ key: never set from a request's headers
 #: a WSGI environ key: the server's front (api.serving) counts the request in flight from its
 #: headers on, so the app does not count it again
 COUNTED = "agentauth.counted"
+#: a WSGI environ key: the front read the request's body whole before the app was called, so
+#: the moment the app starts is the moment the body was complete
+BODY_READ = "agentauth.body_read"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 access = logging.getLogger("agentauth.access")
 
@@ -45,9 +47,7 @@ def request_id(offered: str) -> str:
 
 def begin_request() -> None:
     g.request_id = request_id(request.headers.get(HEADER, ""))
-    # the decision latency and the log line's start: here, or when the authorize fast path
-    # received a call it then left to Flask
-    g.received = request.environ.get(RECEIVED) or time.perf_counter()
+    g.received = time.perf_counter()  # the log line's start
     if not request.environ.get(COUNTED):
         IN_FLIGHT.inc()
         g.in_flight = True
@@ -82,8 +82,8 @@ def log_access(
     started: float | None,
     caller: Principal | None,
 ) -> None:
-    """The request's one line on the access logger (also written by the authorize fast path,
-    ``api.authorize.FastPath``)."""
+    """The request's one line on the access logger (written for Flask's views by
+    :func:`finish_request`, and by ``api.authorize.Endpoint``)."""
     if not access.isEnabledFor(logging.INFO):
         return
     record = {

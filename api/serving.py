@@ -34,7 +34,7 @@ from flask import Flask
 
 from api.errors import error_body, render_error
 from api.metrics import IN_FLIGHT
-from api.observe import COUNTED, HEADER, NOSNIFF, log_access, request_id
+from api.observe import BODY_READ, COUNTED, HEADER, NOSNIFF, log_access, request_id
 from core.store.keys import presented_key
 
 #: the longest request target (path and query) and the most header bytes a request may send
@@ -239,6 +239,7 @@ def _environ(scope: Any, headers: Any, body: bytes, length: str | None) -> dict[
         "wsgi.run_once": False,
         "wsgi.input_terminated": True,
         COUNTED: True,
+        BODY_READ: True,
     }
     for name, value in headers.items():
         if name == "content-length":

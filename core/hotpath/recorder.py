@@ -228,8 +228,11 @@ class Recorder:
         engine: Engine,
         write_lock: threading.Lock | None,
         lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+        on_commit: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_commit`` is told how many jobs each committed batch held (the API's metric)."""
         self._engine = engine
+        self._on_commit = on_commit
         self._sqlite = engine.dialect.name == "sqlite"
         self._write_lock = write_lock
         self._lock_wait = lock_wait_seconds
@@ -241,9 +244,9 @@ class Recorder:
         self._connection: Any = None
 
     @classmethod
-    def for_database(cls, db: Database) -> Recorder:
+    def for_database(cls, db: Database, on_commit: Callable[[int], None] | None = None) -> Recorder:
         """The recorder of ``db``'s process: its engine, write lock and busy timeout."""
-        return cls(db.engine, db.write_lock, db.busy_timeout_seconds)
+        return cls(db.engine, db.write_lock, db.busy_timeout_seconds, on_commit)
 
     def run(self, job: Callable[[Batch], T]) -> T:
         """Run ``job`` in the next group transaction; its result once that has committed.
@@ -296,6 +299,8 @@ class Recorder:
             if not isinstance(exc, Exception):
                 raise  # SystemExit, KeyboardInterrupt: on to the thread that leads
             return
+        if self._on_commit is not None:
+            self._on_commit(len(jobs))
         for entry, ok, value in results:
             entry.settle(ok, value)
 

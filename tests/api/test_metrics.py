@@ -31,6 +31,8 @@ ALLOWED = ("agentauth_decisions_total", (("outcome", "allowed"),))
 DENIED = ("agentauth_decisions_total", (("outcome", "denied"),))
 RULE_LIMITED = ("agentauth_rate_limit_denials_total", (("limit", "rule"),))
 LATENCY_COUNT = ("agentauth_decision_latency_seconds_count", ())
+BATCHES = ("agentauth_decision_batch_size_count", ())
+BATCHED = ("agentauth_decision_batch_size_sum", ())
 
 
 def test_decisions_latency_and_rule_limits_are_counted(client, admin_headers):
@@ -52,7 +54,25 @@ def test_decisions_latency_and_rule_limits_are_counted(client, admin_headers):
     assert after[DENIED] - before[DENIED] == 2
     assert after[RULE_LIMITED] - before[RULE_LIMITED] == 1
     assert after[LATENCY_COUNT] - before[LATENCY_COUNT] == 3
+    # one after the other: each decision committed alone
+    assert after[BATCHES] - before[BATCHES] == 3
+    assert after[BATCHED] - before[BATCHED] == 3
     assert ("agentauth_audit_write_failures_total", ()) in after
+
+
+def test_decisions_made_at_once_are_counted_once_in_the_batches_that_committed_them(
+    client, admin_headers
+):
+    agent = make_agent(client, admin_headers, rules=[{"type": "tool_allowlist"}])
+    before = read(client)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(
+            pool.map(lambda _: decide(client, admin_headers, agent, "search"), range(40))
+        )
+    after = read(client)
+    assert all(answer["allowed"] for answer in answers)
+    assert after[BATCHED] - before[BATCHED] == 40
+    assert 1 <= after[BATCHES] - before[BATCHES] <= 40
 
 
 ESCALATED = ("agentauth_decisions_total", (("outcome", "escalated"),))

@@ -6,7 +6,7 @@ just before a window ends, make three calls in the next window (allowed, allowed
 send the rest of the held body. Decided at the instant its headers came, the held call was
 counted in the old window, which reset the new window's counter: five calls allowed in one
 window of two. Here the held body is a stream that waits for the test, so the same sequence
-runs in process, on both paths of ``POST /v1/authorize`` and on both databases.
+runs in process, on both databases.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import pytest
 from flask import Flask
 
 from api import create_app
-from api.authorize import FastPath
 from core.config import Settings
 from core.domain.limits import Charge, LimitRef, MemoryCounters, Refusal
 from core.store.database import Database
@@ -90,13 +89,10 @@ class HeldCall:
         return self._answers[0]
 
 
-@pytest.fixture(params=["fast path", "flask"])
-def served(request: pytest.FixtureRequest, settings: Settings, clock: FakeClock) -> Iterator[Flask]:
-    """The service as it runs, and with its fast path taken out (Flask serves every call)."""
+@pytest.fixture
+def served(settings: Settings, clock: FakeClock) -> Iterator[Flask]:
+    """The service as it runs."""
     app = create_app(settings, clock=clock)
-    if request.param == "flask":
-        assert isinstance(app.wsgi_app, FastPath)
-        app.wsgi_app = app.wsgi_app.inner  # type: ignore[method-assign]
     yield app
     app.extensions["agentauth"].close()
 
