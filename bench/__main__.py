@@ -1,21 +1,25 @@
-"""``python -m bench`` (``make bench``): both benchmarks, printed as Markdown tables.
+"""``python -m bench`` (``make bench``): the benchmarks, printed as Markdown tables.
 
 1. In-process decisions per second: our engine, cedarpy and pycasbin on the same policy
    (:mod:`bench.engine_compare`), after checking that all three agree on every request.
-2. POST /v1/authorize over HTTP against a bare Flask endpoint on the same server, points
-   interleaved (:mod:`bench.http_compare`), then a per-phase profile of one authorize request.
+2. POST /v1/authorize over HTTP against the real Cerbos server (:mod:`bench.peer_compare`,
+   :mod:`bench.cerbos`): the same policy and request mix, points interleaved; with
+   ``--with-bare``, also against a bare Flask endpoint on our own server setup
+   (:mod:`bench.http_compare`); then a per-phase profile of one authorize request.
 3. Validate and plan of a generated repository of 1,000 agents and 10,000 policies, cold and
    after one file changed (:mod:`bench.controller_plan`).
 
 Installs ``bench/requirements.txt`` into the running interpreter when a package is missing,
-and ``wrk`` with apt-get when missing and running as root. Exits 1 when the engines disagree or
-a server answers anything unexpected; missing a performance target is reported, not an error.
+Cerbos into the bench's own cache with npm, and ``wrk`` with apt-get when missing and running
+as root. Exits 1 when the engines or the servers disagree, or a server answers anything
+unexpected; missing a performance target is reported, not an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -30,11 +34,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bench.http_compare import HttpConfig
+    from bench.peer_compare import PeerConfig
 
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 ENGINE_TARGET = 10.0  # ours / the faster of cedarpy and pycasbin
 HTTP_TARGET = 0.60  # authorize / bare endpoint throughput at concurrency 8
 CHAIN_TARGET = 0.90  # authorize with the audit chain / without it, at every concurrency
+PEER_TARGET = 1.0  # ours / Cerbos throughput at concurrency 8 and 32; p99 at 8 at most Cerbos's
+SPREAD_MARGIN = 1.10  # ours' max/min over the c=32 runs at most 10% above Cerbos's in them
 
 
 def _too_old(package: str, minimum: str) -> bool:
@@ -90,11 +97,27 @@ def machine() -> list[tuple[str, str]]:
             "packages",
             ", ".join(
                 f"{p} {_version(p)}"
-                for p in ("flask", "granian", "sqlalchemy", "google-re2", "cedarpy", "casbin")
+                for p in (
+                    "flask",
+                    "granian",
+                    "sqlalchemy",
+                    "psycopg",
+                    "google-re2",
+                    "cedarpy",
+                    "casbin",
+                )
             ),
         ),
         ("wrk", wrk_version),
+        ("Cerbos", _cerbos_version()),
     ]
+
+
+def _cerbos_version() -> str:
+    from bench import cerbos
+
+    found = cerbos.installed_version(cerbos.binary_path())
+    return f"{found} ({cerbos.PACKAGE})" if found else "-"
 
 
 def print_table(header: list[str], rows: list[list[str]], text: tuple[int, ...] = (0,)) -> None:
@@ -159,10 +182,257 @@ def run_engines(seconds: float) -> bool:
     return True
 
 
+def run_peer(config: PeerConfig) -> bool:
+    from bench import engine_compare as ec
+    from bench import http_compare as hc
+    from bench import peer_compare as pc
+
+    print("## 2. POST /v1/authorize against the real Cerbos server\n")
+    ours_processes = config.servers * config.workers
+    kept_at_32 = pc.SPREAD_CONCURRENCY in config.concurrencies and config.c32_runs > 0
+    print(
+        f"Ours: {pc.ours_setup(config)}; {pc.database_kind(config)}; every decision's audit "
+        f"entry committed before the answer. The peer: {pc.peer_setup()}. Both on 127.0.0.1, "
+        f"up at once. wrk, 1 thread per process ({config.servers} process"
+        f"{'es, the connections split between them' if config.servers > 1 else ''} per point), "
+        f"{config.warmup:g} s warm-up + {config.seconds:g} s per point, a Lua script cycling "
+        f"through the {len(ec.REQUESTS)} calls of the mix in the same order for both; "
+        f"interleaved rounds per concurrency (ours, Cerbos, then the other way round): "
+        f"{config.rounds}"
+        + (f", and {config.c32_runs} at concurrency {pc.SPREAD_CONCURRENCY}" if kept_at_32 else "")
+        + "; medians reported.\n"
+    )
+    print(
+        "The same policy in both: the 10 policies x 5 rules of part 1, through our API for "
+        "ours and translated by `bench.cerbos.to_cerbos` for Cerbos. Ours also holds rules "
+        "that never refuse but put its features on the hot path: a rate limit on every tool "
+        "(1,000,000 calls a minute), a budget on payments (10^12 a minute) and an approval rule "
+        "that its policy's constraint always overrides; so every allowed call takes at least "
+        "one counter upsert in the decision's transaction.\n",
+        flush=True,
+    )
+    results = pc.bench_peer(config, lambda line: print(line, flush=True))
+    print()
+    before, after = results.before, results.after
+    allowed = sum(before.outcomes)
+    print(
+        f"Before timing: Cerbos's own test runner decided the {results.tests_passed} calls of "
+        f"the mix as expected at their fixed instants (`cerbos compile` with `now` pinned), and "
+        f"our engine with the added rules did too ({results.metering_checked} calls, in "
+        f"process). Over HTTP at {before.at}, on the real clock: "
+        + (
+            f"all {len(before.outcomes)} calls got the same answer from "
+            f"{'both servers' if config.servers == 1 else 'every server'} ({allowed} allowed, "
+            f"{len(before.outcomes) - allowed} denied)."
+            if not before.problems
+            else "THE SERVERS DISAGREE:"
+        )
+    )
+    for problem in before.problems:
+        print(f"  - {problem}")
+    if before.rechecked:
+        print(
+            "Agreed only when asked again (a time window's edge passed between the answers): "
+            + "; ".join(before.rechecked)
+        )
+    if after is not None:
+        flipped = [
+            f"{r.tool} {json.dumps(r.params)} ({'allowed' if b else 'denied'} -> "
+            f"{'allowed' if a else 'denied'})"
+            for r, b, a in zip(ec.REQUESTS, before.outcomes, after.outcomes, strict=True)
+            if a != b
+        ]
+        print(
+            f"After timing, at {after.at}: "
+            + (
+                "the servers agree on every call again"
+                if not after.problems
+                else "THE SERVERS DISAGREE:\n" + "\n".join(f"  - {p}" for p in after.problems)
+            )
+            + (
+                "; calls whose answer changed in between (a time window's edge passed during "
+                "the run, for both servers alike): " + "; ".join(flipped)
+                if flipped
+                else ", and on the same answers as before."
+            )
+        )
+    print()
+    if not results.comparisons:
+        return False
+
+    rows = []
+    for c in results.comparisons:
+        ours, peer = c.ours, c.peer
+        per_commit = ours.per_commit
+        rows.append(
+            [
+                str(c.concurrency),
+                f"{ours.rps:,.0f}",
+                f"{ours.p50_ms:.2f}",
+                f"{ours.p99_ms:.2f}",
+                f"{ours.cpu_micros:,.0f}",
+                f"{peer.rps:,.0f}",
+                f"{peer.p50_ms:.2f}",
+                f"{peer.p99_ms:.2f}",
+                f"{peer.cpu_micros:,.0f}",
+                f"{c.ratio:.0%}",
+                " ".join(f"{r:.0%}" for r in c.ratios),
+                "-" if per_commit is None else f"{per_commit:.2f}",
+            ]
+        )
+    print_table(
+        [
+            "concurrency",
+            "ours req/s",
+            "ours p50 ms",
+            "ours p99 ms",
+            "ours CPU µs/req",
+            "Cerbos req/s",
+            "Cerbos p50 ms",
+            "Cerbos p99 ms",
+            "Cerbos CPU µs/req",
+            "ours / Cerbos",
+            "each round",
+            "decisions per commit",
+        ],
+        rows,
+        text=(10,),
+    )
+    restarts = sum(r.restarts for c in results.comparisons for r in c.ours_runs + c.peer_runs)
+    print(
+        "req/s, p50, p99 and CPU are medians over the rounds (with several wrk processes, "
+        "req/s is their sum and p50/p99 are of all their requests together); CPU is the user + "
+        "system time of the server's processes per request (ours: each `agentauth serve` and "
+        "its workers; Cerbos: its one process), wrk excluded; ours / Cerbos is the median of "
+        "the rounds' ratios, each between two points measured back to back. Decisions per "
+        f"commit: `{pc.BATCH_METRIC}` (sum / count) read from our `/metrics` before and after "
+        "each measured run, over all rounds; - when the server does not export it. "
+        + (
+            f"{restarts} wrk runs were stopped after {hc.PLACEMENT_CHECK_SECONDS:g} s and "
+            "started again because a worker held none of the connections"
+            + (
+                f" (not at concurrency {pc.SPREAD_CONCURRENCY}, where every run is kept as it "
+                "fell).\n"
+                if kept_at_32
+                else ".\n"
+            )
+            if config.spread
+            else "Every run was kept whatever the placement of wrk's connections.\n"
+        )
+    )
+    shares = [
+        f"c={c.concurrency}: ours {c.ours.allowed / c.ours.requests:.1%}, Cerbos "
+        f"{c.peer.allowed / c.peer.requests:.1%}"
+        for c in results.comparisons
+        if c.ours.requests and c.peer.requests
+    ]
+    print(
+        f"Share of allowed answers under load (the mix allowed "
+        f"{allowed / len(before.outcomes):.1%} at the check): {'; '.join(shares)}.\n"
+    )
+
+    spread = next((c for c in results.comparisons if c.concurrency == pc.SPREAD_CONCURRENCY), None)
+    spread_ok: bool | None = None
+    if spread is not None and spread.kept_every_placement and len(spread.ours_runs) > 1:
+        ours_rps = [r.rps for r in spread.ours_runs]
+        peer_rps = [r.rps for r in spread.peer_runs]
+        idle = sum(r.idle_worker for r in spread.ours_runs)
+        print(
+            f"Concurrency {spread.concurrency}, {len(ours_rps)} runs each, every run kept "
+            "whatever the placement of wrk's connections on our workers:\n"
+        )
+        print_table(
+            ["", "min / median / max", "max / min", "each run"],
+            [
+                ["ours req/s", pc.spread_text(ours_rps), f"{pc.max_over_min(ours_rps):.2f}",
+                 " ".join(f"{v:,.0f}" for v in ours_rps)],
+                ["Cerbos req/s", pc.spread_text(peer_rps), f"{pc.max_over_min(peer_rps):.2f}",
+                 " ".join(f"{v:,.0f}" for v in peer_rps)],
+                ["ours / Cerbos", pc.spread_text(spread.ratios, percent=True),
+                 f"{pc.max_over_min(spread.ratios):.2f}",
+                 " ".join(f"{v:.0%}" for v in spread.ratios)],
+                ["our connections per worker", "", "",
+                 " ".join(pc.placement_text(r.placement) for r in spread.ours_runs)],
+            ],
+            text=(0, 1, 3),
+        )  # fmt: skip
+        ours_spread = pc.max_over_min(ours_rps)
+        peer_spread = pc.max_over_min(peer_rps)
+        spread_ok = ours_spread <= peer_spread * SPREAD_MARGIN
+        print(
+            f"{idle} of the {len(ours_rps)} runs left one of our workers without a connection. "
+            f"Cerbos is one process, so its spread is the machine's own noise in the same "
+            f"minutes.\n"
+        )
+
+    growth = [c for c in results.comparisons if c.growth is not None]
+    if growth:
+        print(
+            f"How our throughput grows with worker processes: one `agentauth serve --workers 1` "
+            f"against the same database, up at the same time, its points interleaved with the "
+            f"others, against the configuration above ({ours_processes} worker processes).\n"
+        )
+        print_table(
+            ["concurrency", "1 worker process req/s", f"{ours_processes} worker processes "
+             "req/s", "growth", "each round"],
+            [
+                [str(c.concurrency), f"{c.growth.rps:,.0f}", f"{c.ours.rps:,.0f}",
+                 f"{statistics.median(c.growth_ratios):.2f}x",
+                 " ".join(f"{r:.2f}x" for r in c.growth_ratios)]
+                for c in growth
+                if c.growth is not None
+            ],
+            text=(4,),
+        )  # fmt: skip
+
+    print(
+        f"Audit rows in our database: {results.audit_rows:,}; authorize answers seen (wrk, "
+        f"warm-ups included, and the checks): {results.answered:,}. Cerbos's audit file holds "
+        f"{results.peer_decision_entries:,} decision entries for {results.peer_answered:,} "
+        "answers (its file backend writes each entry with no fsync).\n"
+    )
+    by_c = {c.concurrency: c for c in results.comparisons}
+    for concurrency in (8, 32):
+        if concurrency in by_c:
+            ratio = by_c[concurrency].ratio
+            verdict = "Met" if ratio >= PEER_TARGET else "Below"
+            print(
+                f"**Throughput at concurrency {concurrency}: ours is {ratio:.0%} of Cerbos's** "
+                f"(target: at least equal. {verdict})\n"
+            )
+    if 8 in by_c:
+        ours99, peer99 = by_c[8].ours.p99_ms, by_c[8].peer.p99_ms
+        verdict = "Met" if ours99 <= peer99 else "Below"
+        print(
+            f"**p99 at concurrency 8: ours {ours99:.2f} ms, Cerbos {peer99:.2f} ms** (target: "
+            f"no worse than Cerbos's. {verdict})\n"
+        )
+    if spread_ok is not None and spread is not None:
+        verdict = "Met" if spread_ok else "Below"
+        print(
+            f"**Concurrency {spread.concurrency} over {len(spread.ours_runs)} runs: ours "
+            f"max/min {pc.max_over_min([r.rps for r in spread.ours_runs]):.2f}, Cerbos "
+            f"{pc.max_over_min([r.rps for r in spread.peer_runs]):.2f}** (target: throughput "
+            f"that does not depend on where the connections land, read here as a spread at "
+            f"most {SPREAD_MARGIN - 1:.0%} wider than Cerbos's in the same runs. {verdict})\n",
+        )
+    bad = [
+        r for c in results.comparisons for r in (*c.ours_runs, *c.peer_runs, *c.growth_runs)
+        if r.unexpected or r.socket_errors
+    ]  # fmt: skip
+    if bad:
+        print("UNEXPECTED RESPONSES OR SOCKET ERRORS: see the lines above\n")
+    if results.audit_rows < results.answered:
+        print("FEWER AUDIT ROWS THAN ANSWERED DECISIONS\n")
+    for problem in results.problems:
+        print(problem)
+    return results.ok
+
+
 def run_http(config: HttpConfig) -> bool:
     from bench import http_compare as hc
 
-    print("## 2. POST /v1/authorize over HTTP vs a bare Flask JSON endpoint\n")
+    print("## 2b. POST /v1/authorize over HTTP vs a bare Flask JSON endpoint\n")
     print(
         f"granian RSGI + the front, {config.workers} workers x {config.threads} threads, "
         "127.0.0.1; "
@@ -454,8 +724,9 @@ def run_verify(entries: int) -> bool:
 
 def main() -> int:
     from bench.http_compare import HttpConfig
+    from bench.peer_compare import PeerConfig
 
-    defaults = HttpConfig()
+    defaults = PeerConfig()
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=defaults.seconds, help="per HTTP point")
     parser.add_argument("--warmup", type=float, default=defaults.warmup, help="per HTTP point")
@@ -467,9 +738,42 @@ def main() -> int:
         "--rounds", type=int, default=defaults.rounds, help="interleaved rounds per concurrency"
     )
     parser.add_argument(
+        "--c32-runs",
+        type=int,
+        default=defaults.c32_runs,
+        help="rounds at concurrency 32, every placement kept, reported with their spread "
+        "(0: --rounds, with the placement rule of the other points)",
+    )
+    parser.add_argument(
         "--any-placement",
         action="store_true",
         help="keep every HTTP point, even when a worker got none of wrk's connections",
+    )
+    parser.add_argument(
+        "--database-url",
+        help="run ours against a fresh schema of this PostgreSQL (on 127.0.0.1) instead of a "
+        "fresh SQLite file",
+    )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=defaults.servers,
+        help="agentauth serve processes against the same database (wrk's connections split)",
+    )
+    parser.add_argument(
+        "--growth",
+        action="store_true",
+        help="also measure one agentauth serve with a single worker process, interleaved",
+    )
+    parser.add_argument(
+        "--with-bare",
+        action="store_true",
+        help="also compare authorize with a bare Flask endpoint on our server setup",
+    )
+    parser.add_argument(
+        "--with-chain-cost",
+        action="store_true",
+        help="with --with-bare: also run authorize without the audit chain's work",
     )
     parser.add_argument("--profile-requests", type=int, default=2000)
     parser.add_argument(
@@ -494,12 +798,30 @@ def main() -> int:
         "--synchronous", choices=["FULL", "NORMAL", "OFF"], help="AGENTAUTH_SQLITE_SYNCHRONOUS"
     )
     args = parser.parse_args()
-    config = HttpConfig(
-        concurrencies=tuple(int(c) for c in args.concurrency.split(",")),
+    if args.servers < 1 or args.workers < 1 or args.threads < 1:
+        parser.error("--servers, --workers and --threads must be at least 1")
+    concurrencies = tuple(int(c) for c in args.concurrency.split(","))
+    peer = PeerConfig(
+        concurrencies=concurrencies,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        c32_runs=max(0, args.c32_runs),
+        spread=not args.any_placement,
+        workers=args.workers,
+        threads=args.threads,
+        synchronous=args.synchronous,
+        database_url=args.database_url,
+        servers=args.servers,
+        growth=args.growth,
+    )
+    bare = HttpConfig(
+        concurrencies=concurrencies,
         seconds=args.seconds,
         warmup=args.warmup,
         rounds=args.rounds,
         spread=not args.any_placement,
+        chain_cost=args.with_chain_cost,
         workers=args.workers,
         threads=args.threads,
         synchronous=args.synchronous,
@@ -507,16 +829,20 @@ def main() -> int:
 
     ensure_requirements()
     if "http" not in args.skip:
+        from bench.cerbos import ensure_cerbos
         from bench.http_compare import ensure_wrk
 
         ensure_wrk()
+        ensure_cerbos()
     print("# agentauth benchmarks\n")
     print_table(["machine", ""], [[k, v] for k, v in machine()], text=(0, 1))
     ok = True
     if "engines" not in args.skip:
         ok = run_engines(args.engine_seconds) and ok
     if "http" not in args.skip:
-        ok = run_http(config) and ok
+        ok = run_peer(peer) and ok
+        if args.with_bare or args.with_chain_cost:
+            ok = run_http(bare) and ok
     if "profile" not in args.skip:
         run_profile(args.profile_requests, args.profile_threads)
     if "plan" not in args.skip:

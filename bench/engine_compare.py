@@ -30,6 +30,7 @@ What the other engines cannot express, and how the translation copes (README has
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -514,12 +515,12 @@ def _casbin_cond(rule: dict[str, Any]) -> tuple[str, str]:
     if kind == "time_based":
         window = rule["timeWindow"]
         clock = f"r.clock[{_py(_zone_key(window.get('timezone', 'UTC')))}]"
-        holds = []
+        inside = []
         if "allowedHours" in window:
-            holds.append(f"{clock}['hour'] in {_py(tuple(sorted(window['allowedHours'])))}")
+            inside.append(f"{clock}['hour'] in {_py(tuple(sorted(window['allowedHours'])))}")
         if "allowedDays" in window:
-            holds.append(f"{clock}['day'] in {_py(tuple(sorted(window['allowedDays'])))}")
-        return f"not ({' and '.join(holds)})", "deny"
+            inside.append(f"{clock}['day'] in {_py(tuple(sorted(window['allowedDays'])))}")
+        return f"not ({' and '.join(inside)})", "deny"
     raise ValueError(f"{kind} rules are left out of the comparison")
 
 
@@ -551,7 +552,7 @@ def _is_string(value: Any) -> bool:
 
 
 def casbin_enforcer(policies: Sequence[dict[str, Any]]) -> Any:
-    import casbin
+    casbin = importlib.import_module("casbin")  # untyped: Any to mypy
 
     model = casbin.Model()
     model.load_model_from_text(CASBIN_MODEL)

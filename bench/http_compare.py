@@ -323,9 +323,15 @@ def server_env(synchronous: str | None = None) -> dict[str, str]:
 
 @contextlib.contextmanager
 def running(
-    command: list[str], env: dict[str, str], log: Path, ready: Callable[[], bool]
+    command: list[str],
+    env: dict[str, str],
+    log: Path,
+    ready: Callable[[], bool],
+    name: str | None = None,
 ) -> Iterator[int]:
-    """Start ``command``; yield its PID once ``ready()``; SIGTERM then SIGKILL it by PID."""
+    """Start ``command``; yield its PID once ``ready()``; SIGTERM then SIGKILL it by PID.
+    ``name`` names it in errors (default: the module of ``python -m module``)."""
+    name = name or command[2]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
@@ -333,10 +339,12 @@ def running(
         while not _ready(ready):
             if process.poll() is not None:
                 raise RuntimeError(
-                    f"{command[2]} exited with {process.returncode}:\n{log.read_text()}"
+                    f"{name} exited with {process.returncode}:\n{log.read_text(errors='replace')}"
                 )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{command[2]} did not become ready:\n{log.read_text()}")
+                raise RuntimeError(
+                    f"{name} did not become ready:\n{log.read_text(errors='replace')}"
+                )
             time.sleep(0.05)  # polling for readiness, bounded by the deadline
         yield process.pid
     finally:
@@ -419,7 +427,7 @@ class HttpConfig:
     rounds: int = 4
     spread: bool = True  # re-start a point whose connections left a worker idle (run_spread)
     #: also run authorize without the audit chain's work (bench.unchained_app), to show its cost
-    chain_cost: bool = True
+    chain_cost: bool = False
     workers: int = WORKERS
     threads: int = THREADS
     synchronous: str | None = None  # None: the service's default
@@ -888,7 +896,7 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
 
     setup = _setup(workdir)
     timers = _Timers()
-    # all looked up at call time; the fast path (api.authorize.FastPath) serves these requests
+    # all looked up at call time, by the authorize endpoint (api.authorize.Endpoint)
     timers.wrap(core.store.keys, "authenticate", AUTH)
     timers.wrap(Reads, "api_key", "SELECT api_keys (driver)")
     timers.wrap(Reads, "agent", "SELECT agents (driver)")
