@@ -15,8 +15,11 @@ line (``api.observe``), the key, scope, query and per-key slot (``api.auth``), t
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -25,15 +28,16 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.http import HTTP_STATUS_CODES
 
 from api import metrics
-from api.auth import KeySlot, refuse_query, require_scope, settle_slot, slot_for
+from api.auth import KeySlot, refuse_query, require_scope, slot_for
 from api.context import Services
 from api.errors import render_error, render_http_error
-from api.observe import BODY_READ, COUNTED, HEADER, NOSNIFF, log_access, request_id
+from api.observe import COUNTED, HEADER, NOSNIFF, log_access, request_id
 from api.params import Request, body_bytes, parse_body
-from core.domain.errors import StorageError
+from core.domain.errors import RateLimited, StorageError
 from core.hotpath.decisions import Outcome
 from core.hotpath.decisions import authorize as decide
 from core.hotpath.reads import Reads
+from core.hotpath.recorder import Batch
 from core.store import keys
 from core.store.keys import Principal, Scope
 
@@ -43,16 +47,17 @@ REQUEST_SCHEMA = "authorize.json#/$defs/request"
 METHODS = ("OPTIONS", "POST")
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-#: status, headers, body and the caller (once known, for the access line)
-Answer = tuple[int, list[tuple[str, str]], bytes, Principal | None]
+#: status, headers and body
+Answer = tuple[int, list[tuple[str, str]], bytes]
 
 
 class Routes:
-    """The app's WSGI entry: ``POST /v1/authorize`` (any method on that exact path) to
-    :class:`Endpoint`, every other path to Flask (``inner``, Flask's ``wsgi_app``), which answers
-    ``/v1/authorize/`` or ``//v1/authorize`` with its 404 as for any path it does not know."""
+    """The app's WSGI entry: any method on exactly ``/v1/authorize`` to :class:`Endpoint`, every
+    other path to Flask (``inner``, Flask's ``wsgi_app``), which answers ``/v1/authorize/`` or
+    ``//v1/authorize`` with its 404 as for any path it does not know. The server's front
+    (``api.serving``) asks :meth:`asynchronous` for the same rule."""
 
-    def __init__(self, inner: WSGIApp, endpoint: WSGIApp) -> None:
+    def __init__(self, inner: WSGIApp, endpoint: Endpoint) -> None:
         self.inner = inner
         self.endpoint = endpoint
 
@@ -61,15 +66,47 @@ class Routes:
             return self.endpoint(environ, start_response)
         return self.inner(environ, start_response)
 
+    def asynchronous(
+        self, environ: dict[str, Any]
+    ) -> Callable[[dict[str, Any]], Awaitable[Answer]] | None:
+        """The coroutine that answers this request on the event loop, when there is one."""
+        return self.endpoint.answer if environ.get("PATH_INFO") == PATH else None
+
+
+@dataclass(slots=True, eq=False)
+class _Call:
+    """One request to the endpoint, from its arrival to its answer."""
+
+    environ: dict[str, Any]
+    received: float
+    method: str
+    counted: bool  # in flight, by the endpoint (not by the server's front)
+    header: str | None = None
+    moment: datetime | None = None
+    #: refused before the key is looked up (405, a key of no key's shape): answered as it is
+    error: Exception | None = None
+    #: refused after the key: answered once the key is found, and counted against it
+    refusal: Exception | None = None
+    body: dict[str, Any] | None = None
+    caller: Principal | None = None
+    slot: KeySlot | None = None
+    outcome: Outcome | None = None
+
 
 class Endpoint:
     """``/v1/authorize``, whole. In order, as Flask's hooks and a view would: 405 for another
-    method; the key (401), at the moment the body is complete (a key revoked while a client held
-    its body back is refused); the query (400: the path takes none); OPTIONS answered; the
+    method; the key (401), looked up once the body is complete (a key revoked while a client
+    held its body back is refused); the query (400: the path takes none); OPTIONS answered; the
     Content-Type (400), the body (413, 400) and its schema (400); then the decision, committed
     with its audit entry and the key's slot (429 when the key's minute is full). Every answer
     carries the request id and ``nosniff``, every answer past the key the rate-limit headers,
-    and every request writes one access line."""
+    and every request writes one access line.
+
+    What needs the database (the key, the agent, the decision, the key's slot, the audit
+    entry) runs on the recorder's thread (``core.hotpath.recorder``), in its read phase and
+    then its batch; the rest runs where the request is: a thread of a WSGI server
+    (:meth:`__call__`, which waits for the recorder) or the front's event loop (:meth:`answer`,
+    which awaits it)."""
 
     def __init__(self, app: Flask) -> None:
         self.app = app
@@ -77,93 +114,112 @@ class Endpoint:
         self.max_body: int = app.config["MAX_CONTENT_LENGTH"]
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        received = time.perf_counter()
-        counts = not environ.get(COUNTED)
-        if counts:  # from here until answered, unless the server's front counts it
-            metrics.IN_FLIGHT.inc()
-        try:
-            status, headers, data, caller = self._answer(environ, received)
-        finally:
-            if counts:
-                metrics.IN_FLIGHT.dec()
-        rid = request_id(environ.get("HTTP_X_REQUEST_ID", ""))
-        headers += [(HEADER, rid), NOSNIFF]
-        log_access(rid, environ.get("REQUEST_METHOD", ""), PATH, status, received, caller)
+        call = self._arrive(environ)
+        if call.error is None:
+            try:
+                call.outcome = self.services.recorder.run(read=functools.partial(self._read, call))
+            except Exception as exc:
+                call.error = exc
+        status, headers, data = self._answer(call)
         start_response(f"{status} {HTTP_STATUS_CODES[status].upper()}", headers)
         return [data]
 
-    def _answer(self, environ: dict[str, Any], received: float) -> Answer:
-        svc = self.services
+    async def answer(self, environ: dict[str, Any]) -> Answer:
+        """The answer on an event loop, which serves other requests while this one waits for
+        its batch."""
+        call = self._arrive(environ)
+        if call.error is None:
+            try:
+                read = functools.partial(self._read, call)
+                call.outcome = await self.services.recorder.arun(read=read)
+            except Exception as exc:
+                call.error = exc
+        return self._answer(call)
+
+    def _arrive(self, environ: dict[str, Any]) -> _Call:
+        """What can be known of the request without the database."""
+        method = environ.get("REQUEST_METHOD", "")
+        call = _Call(environ, time.perf_counter(), method, not environ.get(COUNTED))
+        if call.counted:  # from here until answered, unless the server's front counts it
+            metrics.IN_FLIGHT.inc()
         request = Request(environ)
         request.max_content_length = self.max_body
-        reads = Reads(svc.db.engine)
-        caller: Principal | None = None
-        slot: KeySlot | None = None
-        answer: dict[str, Any] | None
         try:
-            try:
-                if request.method not in METHODS:
-                    raise MethodNotAllowed(valid_methods=METHODS)
-                header = request.headers.get("Authorization")
-                moment = svc.clock()
-                caller = keys.authenticate(reads, header, moment)  # before the body is read
-                reads.close()  # no connection is held while the client sends its body
-                slot = slot_for(caller, moment, svc.settings.rate_limit_per_minute)
-                require_scope(caller, Scope.READ_ONLY)
-                refuse_query(request.args, frozenset())
-                if request.method == "OPTIONS":
-                    status, answer, extra = 200, None, {"Allow": ", ".join(METHODS)}
-                else:
-                    raw = body_bytes(request)
-                    if not environ.get(BODY_READ):
-                        # the client may have held its body back: the request's instant is
-                        # now, and its key is looked up again at it
-                        moment = svc.clock()
-                        caller = keys.authenticate(reads, header, moment)
-                        slot = slot_for(caller, moment, svc.settings.rate_limit_per_minute)
-                    body = parse_body(raw, REQUEST_SCHEMA)
-                    outcome = decide_and_count(svc, caller, body, moment, received, reads, slot)
-                    status, answer, extra = 200, outcome.as_response(), {}
-            except HTTPException as exc:  # Werkzeug's: 405, 413, a body cut short
-                status, answer, extra = render_http_error(exc, self.max_body)
-            except Exception as exc:
-                status, answer, extra = render_error(exc)
-        finally:
-            reads.close()
-        return self._finish(slot, status, answer, extra, caller)
+            if method not in METHODS:
+                raise MethodNotAllowed(valid_methods=METHODS)
+            call.header = request.headers.get("Authorization")
+            keys.required_key(call.header)
+        except Exception as exc:
+            call.error = exc
+            return call
+        try:
+            refuse_query(request.args, frozenset())
+            if method == "POST":
+                raw = body_bytes(request)
+                call.body = parse_body(raw, REQUEST_SCHEMA)
+        except Exception as exc:
+            call.refusal = exc
+        # the request's instant: its body is complete
+        call.moment = self.services.clock()
+        return call
 
-    def _finish(
-        self, slot: KeySlot | None, status: int, answer: dict[str, Any] | None,
-        extra: dict[str, str], caller: Principal | None,
-    ) -> Answer:  # fmt: skip
-        if slot is not None:
-            extra.update(settle_slot(slot, status, self.services.db))
-        data = b""
-        headers: list[tuple[str, str]] = []
-        if answer is not None:  # Flask's JSON provider makes the body, as it does of a view's
-            encoded = cast(Response, self.app.json.response(answer))
-            data = encoded.get_data()
-            headers.append(("Content-Type", encoded.content_type or "application/json"))
-        headers.append(("Content-Length", str(len(data))))
-        headers.extend(extra.items())
-        return status, headers, data, caller
-
-
-def decide_and_count(
-    svc: Services, caller: Principal, body: dict[str, Any], moment: datetime, received: float,
-    reads: Reads, slot: KeySlot,
-) -> Outcome:  # fmt: skip
-    """The decision, committed with its audit entry and the caller's key slot; metrics."""
-    try:
-        outcome = decide(
-            svc.db, svc.recorder, svc.policies, caller, body, moment, received, reads=reads,
-            on_transaction=slot.take,
+    def _read(self, call: _Call, reads: Reads) -> Callable[[Batch], Outcome | None]:
+        """On the recorder's thread, before the batch: the key, then the decision (or, for a
+        call refused after the key, only its count against the key)."""
+        svc = self.services
+        assert call.moment is not None
+        caller = call.caller = keys.authenticate(reads, call.header, call.moment)
+        slot = call.slot = slot_for(caller, call.moment, svc.settings.rate_limit_per_minute)
+        require_scope(caller, Scope.READ_ONLY)
+        if call.body is None:  # refused, or OPTIONS: counted, as a request to any endpoint is
+            return functools.partial(_count, slot)
+        return decide(
+            svc.db, svc.recorder.statements, svc.policies, caller, call.body, call.moment,
+            call.received, reads=reads, on_transaction=slot.take,
         )  # fmt: skip
-    except StorageError:
-        metrics.AUDIT_FAILURES.inc()
-        raise
-    metrics.DECISIONS.labels(outcome.decision.outcome).inc()
-    metrics.LATENCY.observe(outcome.latency_ms / 1000)
-    if outcome.decision.retry_after_seconds is not None:
-        metrics.RATE_LIMITED.labels("rule").inc()
-    return outcome
+
+    def _answer(self, call: _Call) -> Answer:
+        """Status, headers and body; the metrics and the access line."""
+        try:
+            status, answer, extra = self._status(call)
+            if call.slot is not None and call.slot.taken:
+                extra.update(call.slot.headers())
+            data = b""
+            headers: list[tuple[str, str]] = []
+            if answer is not None:  # Flask's JSON provider makes the body, as of a view's
+                encoded = cast(Response, self.app.json.response(answer))
+                data = encoded.get_data()
+                headers.append(("Content-Type", encoded.content_type or "application/json"))
+            headers.append(("Content-Length", str(len(data))))
+            headers.extend(extra.items())
+            rid = request_id(call.environ.get("HTTP_X_REQUEST_ID", ""))
+            headers += [(HEADER, rid), NOSNIFF]
+            log_access(rid, call.method, PATH, status, call.received, call.caller)
+            return status, headers, data
+        finally:
+            if call.counted:
+                metrics.IN_FLIGHT.dec()
+
+    def _status(self, call: _Call) -> tuple[int, dict[str, Any] | None, dict[str, str]]:
+        failed = call.error or call.refusal
+        if isinstance(failed, HTTPException):  # Werkzeug's: 405, 413, a body cut short
+            return render_http_error(failed, self.max_body)
+        if failed is not None:
+            if isinstance(failed, StorageError) and call.caller is not None:
+                metrics.AUDIT_FAILURES.inc()
+            return render_error(failed)
+        if call.outcome is None:  # OPTIONS
+            return 200, None, {"Allow": ", ".join(METHODS)}
+        decision = call.outcome.decision
+        metrics.DECISIONS.labels(decision.outcome).inc()
+        metrics.LATENCY.observe(call.outcome.latency_ms / 1000)
+        if decision.retry_after_seconds is not None:
+            metrics.RATE_LIMITED.labels("rule").inc()
+        return 200, call.outcome.as_response(), {}
+
+
+def _count(slot: KeySlot, batch: Batch) -> None:
+    """A request refused after its key was found still counts against the key; when the key's
+    minute is already full it is answered for what it is, not 429."""
+    with contextlib.suppress(RateLimited):
+        slot.take(batch)

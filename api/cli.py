@@ -50,7 +50,7 @@ def _fail(error: AgentAuthError) -> NoReturn:
     default=4,
     show_default=True,
     type=click.IntRange(1, 64),
-    help="threads per worker process",
+    help="threads per worker process that run the API (authorize runs on the event loop)",
 )
 @click.option(
     "--repo",

@@ -32,9 +32,6 @@ NOSNIFF = ("X-Content-Type-Options", "nosniff")
 #: a WSGI environ key: the server's front (api.serving) counts the request in flight from its
 #: headers on, so the app does not count it again
 COUNTED = "agentauth.counted"
-#: a WSGI environ key: the front read the request's body whole before the app was called, so
-#: the moment the app starts is the moment the body was complete
-BODY_READ = "agentauth.body_read"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 access = logging.getLogger("agentauth.access")
 

@@ -3,7 +3,10 @@ once it is whole.
 
 ``agentauth serve`` runs granian (a Rust HTTP server) with its RSGI interface: each request
 arrives on the worker's event loop, where :class:`Front` reads its body with a deadline and a
-size limit, and only then runs the Flask app (a WSGI app) on one of a few threads. A client
+size limit, and only then runs the Flask app (a WSGI app) on one of a few threads; except
+``/v1/authorize``, whose endpoint answers on the event loop itself and waits there, without a
+thread, for the recorder's thread to decide and commit (``api.authorize``): a hop to a thread
+and back for each call cost more CPU than the decision (bench/RESULTS.md, #21). A client
 that sends its headers or body slowly, or never finishes them, holds a socket and a coroutine,
 never a thread: granian closes a connection whose headers do not arrive within the header
 deadline, and the front answers 408 to a body that does not arrive within the body deadline,
@@ -32,9 +35,10 @@ from typing import IO, Any
 
 from flask import Flask
 
+from api.authorize import Routes
 from api.errors import error_body, render_error
 from api.metrics import IN_FLIGHT
-from api.observe import BODY_READ, COUNTED, HEADER, NOSNIFF, log_access, request_id
+from api.observe import COUNTED, HEADER, NOSNIFF, log_access, request_id
 from core.store.keys import presented_key
 
 #: the longest request target (path and query) and the most header bytes a request may send
@@ -79,6 +83,8 @@ class Front:
     def __init__(self, app: Flask, threads: int, body_seconds: float, max_body: int) -> None:
         self.app = app
         self.wsgi: WSGIApp = app.wsgi_app
+        #: the app's routes to what it answers on the event loop (api.authorize)
+        self.routes = app.wsgi_app if isinstance(app.wsgi_app, Routes) else None
         self.max_body = max_body
         self.body_seconds = body_seconds
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="agentauth")
@@ -151,6 +157,13 @@ class Front:
             told = str(len(body)) if len(body) <= self.max_body else None
             close = told is None
         environ = _environ(scope, headers, body, told)
+        here = self.routes.asynchronous(environ) if self.routes is not None else None
+        if here is not None:  # answered on the event loop: it waits for the database's thread
+            status, out_headers, data = await here(environ)
+            if close:
+                out_headers.append(_CLOSE)
+            protocol.response_bytes(status, _without_length(out_headers), data)
+            return
         # the whole request on one thread (the app's context vars stay on it), the answer
         # whole when it returns: in memory, or spooled to a file when it is long
         answer = await asyncio.get_running_loop().run_in_executor(
@@ -239,7 +252,6 @@ def _environ(scope: Any, headers: Any, body: bytes, length: str | None) -> dict[
         "wsgi.run_once": False,
         "wsgi.input_terminated": True,
         COUNTED: True,
-        BODY_READ: True,
     }
     for name, value in headers.items():
         if name == "content-length":

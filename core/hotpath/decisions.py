@@ -1,9 +1,10 @@
 """Authorization decisions: the agent's compiled policies, the pure engine, rate-limit
 consumption and the audit entry, written in one transaction that commits before anyone is told.
 
-Each call is decided once, before the hand-off to the recorder, so that only writes happen
-under the write lock: a grant pending on rate limits has just its counters taken there
-(bench/RESULTS.md, "Why the code is shaped this way"). Called by ``api/authorize.py``. Fail
+Each call is decided once, in the recorder's read phase before its batch's write transaction,
+so that only writes happen under the write lock: a grant pending on rate limits has just its
+counters taken there (bench/RESULTS.md, "Why the code is shaped this way"). Called by
+``api/authorize.py``, on the recorder's thread. Fail
 closed: if anything here raises, including the audit write or the commit, the caller answers 500
 and never an allow.
 """
@@ -38,7 +39,7 @@ from core.domain.limits import Charge, Refusal
 from core.domain.redaction import redact, scrub
 from core.hotpath.approvals import BatchApprovals
 from core.hotpath.reads import AgentRow, Reads
-from core.hotpath.recorder import Batch, Recorder
+from core.hotpath.recorder import Batch, Statements
 from core.store import audit
 from core.store.agents import AgentStatus
 from core.store.database import Database
@@ -174,7 +175,7 @@ class BatchCounters:
 
 def authorize(
     db: Database,
-    recorder: Recorder,
+    statements: Statements,
     cache: PolicyCache,
     caller: Principal,
     body: dict[str, Any],
@@ -183,25 +184,23 @@ def authorize(
     *,
     reads: Reads,
     on_transaction: Callable[[CounterStore], None] | None = None,
-) -> Outcome:
-    """Decide and record. ``received`` is the ``time.perf_counter()`` reading taken when the
-    request arrived; ``body`` is a valid authorize request; ``reads`` the request's reads (the
-    agent row). ``on_transaction`` runs first
+) -> Callable[[Batch], Outcome]:
+    """Decide, and return the job that records the decision: a read phase of the recorder's
+    (:meth:`core.hotpath.recorder.Recorder.run` with ``read``), run on its thread before the
+    batch's write transaction. ``received`` is the ``time.perf_counter()`` reading taken when
+    the request arrived; ``body`` is a valid authorize request. ``on_transaction`` runs first
     inside the decision's transaction (the API counts the request against its key there).
 
-    The agent and its policies are read first, without the write lock (a policy change
-    committed before this call started is seen: the agent's version says so). The writes
-    (counters, audit entry) then go through the group-commit recorder, and this returns only
-    once they are durable.
+    The agent and its policies are read here, without the write lock (a policy change
+    committed before this batch started is seen: the agent's version says so). The writes
+    (counters, audit entry) then happen in the batch, which answers only once they are
+    durable.
     """
     agent_id = body["agent_id"].lower()
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
     session_id: str | None = body.get("session_id")
     agent = reads.agent(agent_id, caller.workspace_id)
-    # its connection goes back to the pool now: a request must never hold one while it waits
-    # for a second (the policies on a cache miss) or for its batch
-    reads.close()
     if agent is None:
         decided: Evaluated = deny_unknown_agent(agent_id)
     elif agent.status != AgentStatus.ACTIVE:
@@ -236,7 +235,7 @@ def authorize(
 
     if isinstance(decided, Decision):  # the audit row too is made before the hand-off
         outcome, row = entry(decided)
-        values = recorder.statements.audit_row(row)
+        values = statements.audit_row(row)
 
         def record(batch: Batch) -> Outcome:
             if on_transaction is not None:
@@ -259,7 +258,7 @@ def authorize(
             if digest is not None:
                 approvals = BatchApprovals(
                     batch,
-                    recorder.statements.approvals,
+                    statements.approvals,
                     workspace_id=caller.workspace_id,
                     agent_id=agent_id,
                     tool_name=tool_name,
@@ -272,4 +271,4 @@ def authorize(
             batch.append_audit(row, parameters_json)
             return outcome
 
-    return recorder.run(record)
+    return record

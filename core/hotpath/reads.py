@@ -69,12 +69,16 @@ def _statements(engine: Engine) -> _Statements:
 
 class Reads:
     """One request's reads: a pooled driver connection, checked out on first use and given
-    back by :meth:`close`. Each read sees what was committed when it ran."""
+    back by :meth:`close`; or, given ``connect``, the connection it returns (the recorder's
+    own, which these reads never close: a broken one is reported by :attr:`broken`). Each read
+    sees what was committed when it ran."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, connect: Callable[[], Any] | None = None) -> None:
         self._engine = engine
         self._sql = _statements(engine)
         self._connection: Any = None
+        self._connect = connect
+        self.broken = False
 
     def api_key(self, key_hash: str) -> KeyRow | None:
         row = self._fetch(self._sql.key, {"key_hash": key_hash})
@@ -90,7 +94,7 @@ class Reads:
     def close(self) -> None:
         """Give the connection back; a later read takes one again."""
         connection, self._connection = self._connection, None
-        if connection is not None:
+        if connection is not None and self._connect is None:
             try:
                 connection.close()  # back to the pool, which rolls back the read
             except Exception:
@@ -99,7 +103,8 @@ class Reads:
     def _fetch(self, statement: Compiled, values: dict[str, Any]) -> Any:
         try:
             if self._connection is None:
-                self._connection = self._engine.raw_connection()
+                connect = self._connect or self._engine.raw_connection
+                self._connection = connect()
             cursor = self._connection.cursor()
             try:
                 cursor.execute(statement.sql, statement.bind(values))
@@ -117,6 +122,9 @@ class Reads:
         if connection is None:
             return
         dialect = self._sql.dialect
+        if self._connect is not None:  # not ours to close: its owner is told
+            self.broken = True
+            return
         try:
             if dialect.is_disconnect(exc, connection.driver_connection, None):
                 connection.invalidate(exc)

@@ -1,32 +1,39 @@
 """Group commit for decisions: the writes of concurrent authorize calls (per-key slot,
 rate-limit counters, audit entry) share one transaction and one durable commit.
 
-Each request thread hands its write work to :meth:`Recorder.run` as a job and blocks until the
-transaction holding it has committed, so nothing is acknowledged before it is durable and a
-failed commit fails every job in it (the callers answer 500, never an allow). There is no
-writer thread: the caller that finds no batch under way leads one, taking every job queued at
-that moment, and when it is done wakes the first job that queued meanwhile to lead the next
-(leader/follower: no hand-off between threads on the way in or out). A batch runs its jobs one
-after the other and keeps their audit rows for one ``executemany``; should a job fail after it
-changed something, or the rows fail to insert, the batch runs again with a savepoint per job, so
-one failing job does not take the others down. Under load this turns N fsyncs into one; alone,
-a job waits for nothing.
+One thread per process, the recorder's, talks to the database for decisions: callers hand it
+their work as jobs and wait for their result, a thread with :meth:`Recorder.run` or a
+coroutine on the server's event loop with :meth:`Recorder.arun`. It takes every job queued at
+that moment as one batch, so a batch grows with the load: the jobs that arrive while one batch
+commits make up the next. Nothing is acknowledged before the transaction holding it has
+committed, and a failed commit fails every job in it (the callers answer 500, never an allow).
+A job may come with a read phase, run on the same thread before the batch's write transaction
+begins (an authorize call's key, agent and decision): what the job reads is then what was
+committed when its batch started, and the event loop never waits for the database. Callers are
+woken once per batch per event loop (one hand-off back), not once per job.
 
-The leader talks to the driver directly, with SQLAlchemy statements compiled once per dialect
+A batch runs its jobs one after the other and keeps their audit rows for one ``executemany``;
+should a job fail after it changed something, or the rows fail to insert, the batch runs again
+with a savepoint per job, so one failing job does not take the others down.
+
+The thread talks to the driver directly, with SQLAlchemy statements compiled once per dialect
 (``core.hotpath.sql``): on this path SQLAlchemy's per-statement machinery costs more than the
-SQL. It keeps
-its connection from batch to batch, out of the pool and so never pinged: when that connection
-turns out broken (the database restarted, a proxy or firewall dropped it while the process was
-idle) before the batch's COMMIT was sent, nothing of the batch can have been committed, and it
-runs once more on a new connection instead of failing decisions the database could take.
-Called by ``core.hotpath.decisions`` (and the tests' helper that records audit entries as
-decisions do). One module, over 300 lines, because the batch, its statements and the leader's
-retry rules change together: each relies on what the others promise about a transaction.
+SQL. It keeps its connection from batch to batch, out of the pool and so never pinged: when
+that connection turns out broken (the database restarted, a proxy or firewall dropped it while
+the process was idle) before the batch's COMMIT was sent, nothing of the batch can have been
+committed, and it runs once more on a new connection instead of failing decisions the
+database could take. Called by ``core.hotpath.decisions`` (through ``api.authorize``),
+``api.approvals`` and the tests' helper that records audit entries as decisions do. One module,
+over 300 lines, because the batch, its statements and the thread's retry rules change
+together: each relies on what the others promise about a transaction.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -38,6 +45,7 @@ from sqlalchemy import Engine, bindparam, insert
 from core.domain.errors import StorageError
 from core.hotpath.approvals import ApprovalStatements
 from core.hotpath.chain import AuditRow, Chain, ChainStatements
+from core.hotpath.reads import Reads
 from core.hotpath.sql import Compiled, compile_for
 from core.store import audit
 from core.store.database import Database
@@ -182,31 +190,37 @@ class Batch:
 
 
 Job = Callable[[Batch], Any]
+#: a job's read phase: given the recorder's reads, the job to run in the batch
+Read = Callable[[Reads], Job]
 
 
 class _Entry:
-    """One job waiting for its batch: its lock is held until the job's result is in, or until
-    this job's thread is to lead the next batch."""
+    """One job waiting for its batch, and how its caller is woken: a lock held until the
+    result is in (a thread), or a future of an event loop (a coroutine)."""
 
-    __slots__ = ("_done", "job", "leads", "ok", "value")
+    __slots__ = ("_done", "future", "job", "loop", "ok", "read", "value")
 
-    def __init__(self, job: Job) -> None:
+    def __init__(
+        self, job: Job | None, read: Read | None, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         self.job = job
+        self.read = read
         self.ok = False
         self.value: Any = None
-        self.leads = False
-        self._done = threading.Lock()
-        self._done.acquire()
+        self.loop = loop
+        self.future: asyncio.Future[None] | None = None
+        self._done: threading.Lock | None = None
+        if loop is None:
+            self._done = threading.Lock()
+            self._done.acquire()
+        else:
+            self.future = loop.create_future()
 
     def settle(self, ok: bool, value: Any) -> None:
         self.ok, self.value = ok, value
-        self._done.release()
-
-    def wake_to_lead(self) -> None:
-        self.leads = True
-        self._done.release()
 
     def wait(self) -> None:
+        assert self._done is not None
         self._done.acquire()
 
     def result(self) -> Any:
@@ -215,13 +229,37 @@ class _Entry:
         raise self.value
 
 
+def _wake(entries: list[_Entry]) -> None:
+    """The callers of settled entries: threads at once, coroutines by one call into each
+    event loop for all of its entries."""
+    loops: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for entry in entries:
+        if entry.loop is None:
+            assert entry._done is not None
+            entry._done.release()
+        else:
+            assert entry.future is not None
+            loops.setdefault(entry.loop, []).append(entry.future)
+    for loop, futures in loops.items():
+        # a loop already closed has nobody waiting any more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_resolve, futures)
+
+
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():  # a caller that was cancelled no longer waits
+            future.set_result(None)
+
+
 class _StaleConnection(Exception):
     """The connection kept from an earlier batch was found broken before this batch's COMMIT
     was sent: the batch may run again on a new one."""
 
 
 class Recorder:
-    """Group commit for one process and one database, led by the callers themselves."""
+    """Group commit for one process and one database, on a thread of its own (started on first
+    use, in the process that uses it: a forked worker starts its own)."""
 
     def __init__(
         self,
@@ -238,9 +276,11 @@ class Recorder:
         self._lock_wait = lock_wait_seconds
         self.statements = Statements(engine.dialect)
         self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
-        self._mutex = threading.Lock()
+        self._queued = threading.Condition(threading.Lock())
         self._pending: list[_Entry] = []
-        self._leading = False
+        self._thread: threading.Thread | None = None
+        self._owner = 0  # the process whose thread that is
+        self._closing = False
         self._connection: Any = None
 
     @classmethod
@@ -248,61 +288,122 @@ class Recorder:
         """The recorder of ``db``'s process: its engine, write lock and busy timeout."""
         return cls(db.engine, db.write_lock, db.busy_timeout_seconds, on_commit)
 
-    def run(self, job: Callable[[Batch], T]) -> T:
-        """Run ``job`` in the next group transaction; its result once that has committed.
+    def run(self, job: Callable[[Batch], T] | None = None, read: Read | None = None) -> T:
+        """Run ``job`` in the next group transaction (or, with ``read``, the job that ``read``
+        returns, ``read`` run first, outside it); its result once that has committed."""
+        entry = _Entry(job, read)
+        self._enqueue(entry)
+        entry.wait()
+        return cast(T, entry.result())
 
-        The caller that finds no batch under way commits the waiting jobs itself, its own
-        first; the others wait for their result, or to be woken to lead the next batch.
-        """
-        entry = _Entry(job)
-        with self._mutex:
-            self._pending.append(entry)
-            leads = not self._leading
-            self._leading = True
-        if not leads:
-            entry.wait()
-            if not entry.leads:
-                return cast(T, entry.result())
-        self._lead()
+    async def arun(self, job: Callable[[Batch], T] | None = None, read: Read | None = None) -> T:
+        """:meth:`run` for a coroutine: the event loop goes on serving meanwhile."""
+        entry = _Entry(job, read, asyncio.get_running_loop())
+        assert entry.future is not None
+        self._enqueue(entry)
+        await entry.future
         return cast(T, entry.result())
 
     def close(self) -> None:
+        """Finish the jobs queued, stop the thread, drop the connection."""
+        with self._queued:
+            self._closing = True
+            self._queued.notify()
+            thread = self._thread if self._owner == os.getpid() else None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
         self._drop_connection()  # never back to the pool: it was tuned for the recorder
 
-    def _lead(self) -> None:
-        with self._mutex:
-            jobs = self._pending[:MAX_BATCH]
-            del self._pending[:MAX_BATCH]
-        try:
-            self._commit_batch(jobs)
-        finally:
-            with self._mutex:
-                if self._pending:
-                    self._pending[0].wake_to_lead()
-                else:
-                    self._leading = False
+    def _enqueue(self, entry: _Entry) -> None:
+        with self._queued:
+            if self._owner != os.getpid():  # first use in this process
+                self._owner = os.getpid()
+                self._closing = False
+                self._pending.clear()
+                self._connection = None  # a parent's connection is not this process's
+                self._thread = threading.Thread(
+                    target=self._serve, name="agentauth-recorder", daemon=True
+                )
+                self._thread.start()
+            self._pending.append(entry)
+            self._queued.notify()
 
-    def _commit_batch(self, jobs: list[_Entry]) -> None:
+    def _serve(self) -> None:
+        while True:
+            with self._queued:
+                while not self._pending:
+                    if self._closing:
+                        return
+                    self._queued.wait()
+                jobs = self._pending[:MAX_BATCH]
+                del self._pending[:MAX_BATCH]
+            try:
+                self._commit_batch(jobs)
+            except BaseException:  # SystemExit from a job: its batch fails, the thread goes on
+                log.exception("a job stopped the recorder's batch; nothing of it was committed")
+                for entry in jobs:
+                    if not entry.ok and entry.value is None:  # not told yet
+                        entry.settle(False, StorageError("the decision could not be recorded"))
+            finally:
+                _wake(jobs)
+
+    def _commit_batch(self, entries: list[_Entry]) -> None:
+        jobs = self._read(entries)
         results: list[tuple[_Entry, bool, Any]] = []
         try:
-            try:
-                self._locked_transaction(jobs, results)
-            except _StaleConnection:  # nothing of the batch was committed: once more, anew
-                log.warning("the database connection was lost; running the batch on a new one")
-                self._drop_connection()
-                self._locked_transaction(jobs, results)
+            if jobs:
+                try:
+                    self._locked_transaction(jobs, results)
+                except _StaleConnection:  # nothing of the batch was committed: once more, anew
+                    log.warning("the database connection was lost; running the batch on a new one")
+                    self._drop_connection()
+                    self._locked_transaction(jobs, results)
         except BaseException as exc:  # the commit failed: nobody in the batch is acknowledged
             log.error("decision batch of %d could not be committed", len(jobs), exc_info=exc)
             self._drop_connection()
             for entry in jobs:  # every caller waiting on this batch gets its answer first
                 entry.settle(False, StorageError("the decision could not be recorded"))
             if not isinstance(exc, Exception):
-                raise  # SystemExit, KeyboardInterrupt: on to the thread that leads
+                raise  # SystemExit, KeyboardInterrupt: the thread says so and goes on
             return
-        if self._on_commit is not None:
+        if self._on_commit is not None and jobs:
             self._on_commit(len(jobs))
         for entry, ok, value in results:
             entry.settle(ok, value)
+
+    def _read(self, entries: list[_Entry]) -> list[_Entry]:
+        """Each entry's read phase, outside the write transaction: the entries that have a job
+        to run in it. One whose read fails is settled with its error and left out; when the
+        connection kept from an earlier batch turns out broken, the reads run once more on a
+        new one."""
+        reused = self._connection is not None
+        jobs, failed = self._read_each(entries)
+        if failed and reused and self._connection is None:
+            again, failed = self._read_each([entry for entry, _ in failed])
+            jobs += again
+        for entry, exc in failed:
+            entry.settle(False, exc)
+        if not jobs and not self._sqlite and self._connection is not None:
+            self._rollback(self._connection, None)  # end the reads' transaction: none follows
+        return jobs
+
+    def _read_each(
+        self, entries: list[_Entry]
+    ) -> tuple[list[_Entry], list[tuple[_Entry, Exception]]]:
+        jobs: list[_Entry] = []
+        failed: list[tuple[_Entry, Exception]] = []
+        reads = Reads(self._engine, self._connect)
+        for entry in entries:
+            if entry.read is not None:
+                try:
+                    entry.job = entry.read(reads)
+                except Exception as exc:
+                    failed.append((entry, exc))
+                    continue
+            jobs.append(entry)
+        if reads.broken:
+            self._drop_connection()
+        return jobs, failed
 
     def _locked_transaction(self, jobs: list[_Entry], results: list[Any]) -> None:
         if self._write_lock is not None:
@@ -346,7 +447,7 @@ class Recorder:
         for entry in jobs:
             before = batch.writes
             try:
-                value = entry.job(batch)
+                value = cast(Job, entry.job)(batch)
             except Exception as exc:
                 if batch.writes != before or isinstance(exc, self._dbapi_error):
                     return False
@@ -366,7 +467,7 @@ class Recorder:
         for entry in jobs:
             mark = batch.savepoint()
             try:
-                value = entry.job(batch)
+                value = cast(Job, entry.job)(batch)
             except Exception as exc:  # this job alone fails
                 batch.rollback_to(mark)
                 if isinstance(exc, self._dbapi_error):  # e.g. its agent was deleted meanwhile

@@ -115,15 +115,21 @@ def presented_key(header: str | None) -> str | None:
     return key if scheme.lower() == "bearer" and KEY_PATTERN.fullmatch(key) else None
 
 
-def authenticate(reads: KeyLookup, header: str | None, now: datetime) -> Principal:
-    """The caller behind an ``Authorization: Bearer svc_...`` header, or Unauthorized /
-    ApiKeyExpired. Runs on every request, hence a read straight through the driver."""
+def required_key(header: str | None) -> str:
+    """The key an ``Authorization`` header presents, or Unauthorized when it presents none of
+    a key's shape (nothing is looked up)."""
     if not header:
         raise Unauthorized("missing API key: send Authorization: Bearer <key>")
     key = presented_key(header)
     if key is None:
         raise Unauthorized("malformed API key: expected Authorization: Bearer svc_<32 hex>")
-    row = reads.api_key(hash_key(key))
+    return key
+
+
+def authenticate(reads: KeyLookup, header: str | None, now: datetime) -> Principal:
+    """The caller behind an ``Authorization: Bearer svc_...`` header, or Unauthorized /
+    ApiKeyExpired. Runs on every request, hence a read straight through the driver."""
+    row = reads.api_key(hash_key(required_key(header)))
     if row is None or row.revoked:
         raise Unauthorized("invalid or revoked API key")
     if row.expires_at is not None and row.expires_at <= now:

@@ -4,14 +4,17 @@ holds its batch open until the others have queued behind it."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from core.config import Settings
 from core.domain.errors import StorageError
+from core.hotpath.reads import Reads
 from core.hotpath.recorder import Batch, Recorder
 from core.store.database import Database
 
@@ -93,10 +96,10 @@ def test_a_job_that_raises_systemexit_leaves_nobody_of_its_batch_waiting(db, rec
     results = _batch_after_a_held_one(recorder, {"dies": dies, "other": lambda _b: "fine"})
     assert results == {
         "leader": ("ok", "held"),
-        "dies": ("raised", "SystemExit"),  # it led the batch: the exception is its own
+        "dies": ("raised", "StorageError"),  # its batch failed: nothing of it was committed
         "other": ("raised", "StorageError"),  # told, never acknowledged, never left waiting
     }
-    assert recorder.run(lambda _b: "after") == "after"  # and the recorder goes on
+    assert recorder.run(lambda _b: "after") == "after"  # and the recorder's thread goes on
 
 
 def test_a_job_failing_after_a_write_fails_alone_and_its_batch_commits(db, recorder):
@@ -151,3 +154,40 @@ def test_a_batch_is_acknowledged_only_when_it_was_committed(db, recorder):
     committed = recorder.run(lambda b: b.consume("recorder-test:swallowed", 0, 10)) == (2, 0)
     assert (told == "acknowledged") == committed
     assert told == ("failed" if not db.is_sqlite else "acknowledged")
+
+
+def test_a_read_phase_runs_before_its_job_and_a_failing_one_fails_alone(db, recorder):
+    def read(name: str) -> Callable[[Reads], Callable[[Batch], Any]]:
+        def phase(reads: Reads) -> Callable[[Batch], Any]:
+            assert reads.agent("no-such-agent", "no-such-workspace") is None  # it reads
+            return lambda batch: batch.consume(name, 0, 10).held
+
+        return phase
+
+    def refuses(_reads: Reads) -> Callable[[Batch], Any]:
+        raise ValueError("refused while reading")
+
+    assert recorder.run(read=read("recorder-test:read")) == 1
+    with pytest.raises(ValueError, match="refused while reading"):
+        recorder.run(read=refuses)
+    assert recorder.run(read=read("recorder-test:read")) == 2
+
+
+def test_coroutines_and_threads_share_batches_and_each_gets_its_own_result(db, recorder):
+    async def many() -> list[Any]:
+        calls = [
+            recorder.arun(lambda batch, n=n: (n, batch.consume("recorder-test:async", 0, 100)))
+            for n in range(20)
+        ]
+        return await asyncio.gather(*calls)
+
+    with ThreadPoolExecutor(4) as pool:
+        threaded = [
+            pool.submit(recorder.run, lambda b: b.consume("recorder-test:async", 0, 100))
+            for _ in range(10)
+        ]
+        answers = asyncio.run(many())
+        counts = [future.result().held for future in threaded]
+    assert [n for n, _ in answers] == list(range(20))
+    # every call counted once: the 30 counts are 1..30, whatever the batches were
+    assert sorted(counts + [counted.held for _, counted in answers]) == list(range(1, 31))
