@@ -911,7 +911,6 @@ def _profile(workdir: Path, requests: int, threads: int) -> Profile:
     timers.wrap(core.hotpath.decisions, "evaluate", "evaluate (pure engine)")
     timers.wrap(core.store.audit, "entry", "audit row")
     timers.wrap(Outcome, "as_response", "response: Outcome.as_response")
-    timers.wrap(api.authorize, "settle_slot", "rate-limit headers (settle_slot)")
     timers.wrap(api.authorize, "log_access", "access line (log_access)")
     _time_driver(timers)
     try:
@@ -1046,14 +1045,13 @@ def _name(where: tuple[str, int, str]) -> str:
 AUTH = "key lookup (core.store.keys.authenticate)"
 BODY = "body: strict JSON parse + schema quick check"
 DECIDE = "decision (core.hotpath.decisions.authorize)"
-ROUND_TRIP = "recorder round trip (Recorder.run)"
+ROUND_TRIP = "recorder round trip (Recorder.run): the key, the decision and its batch"
 TRANSACTION = "batch transaction (Recorder._transaction)"
+_ON_THE_THREAD = (AUTH, DECIDE, TRANSACTION)
 _TOP_LEVEL = (
-    AUTH,
     BODY,
-    DECIDE,
+    ROUND_TRIP,
     "response: Outcome.as_response",
-    "rate-limit headers (settle_slot)",
     "access line (log_access)",
 )
 
@@ -1071,37 +1069,36 @@ def _phases(timers: _Timers, requests: int, total: float) -> list[Phase]:
         return Phase(label, depth, max(0.0, timers.micros(whole, requests) - parts_micros), None)
 
     rows = [
-        row(AUTH, 0),
-        row("of which SELECT api_keys (driver, pool checkout)", 1, "SELECT api_keys (driver)"),
         row(BODY, 0),
         row("strict JSON parse (api.params.parse_json)", 1, "strict JSON parse"),
         row("schema check (require_valid, jsonschema-rs)", 1, "schema check"),
-        row(DECIDE, 0),
-        rest("before the write: agent read, policies, evaluate, audit row", 1, DECIDE, ROUND_TRIP),
+        row(ROUND_TRIP, 0),
+        rest("hand-offs to the recorder's thread and back", 1, ROUND_TRIP, *_ON_THE_THREAD),
+        row(AUTH + ", on the recorder's thread", 1, AUTH),
+        row("of which SELECT api_keys (driver)", 2, "SELECT api_keys (driver)"),
+        row(DECIDE + ", its read phase", 1, DECIDE),
         row("of which SELECT agents (driver)", 2, "SELECT agents (driver)"),
         row("of which compiled policies (cache hit)", 2, "compiled policies (cache hit)"),
         row("of which evaluate (pure engine)", 2, "evaluate (pure engine)"),
         row("of which audit row: id, redact, scrub", 2, "audit row"),
-        row(ROUND_TRIP, 1),
-        rest("queue and lead (outside the transaction)", 2, ROUND_TRIP, TRANSACTION),
-        row(TRANSACTION, 2, TRANSACTION),
-        row("BEGIN IMMEDIATE (and any wait for the lock)", 3, "driver | BEGIN IMMEDIATE"),
+        row(TRANSACTION, 1, TRANSACTION),
+        row("BEGIN IMMEDIATE (and any wait for the lock)", 2, "driver | BEGIN IMMEDIATE"),
         row(
             "SAVEPOINT + RELEASE (per job, per limit set)",
-            3,
+            2,
             "driver | SAVEPOINT",
             "driver | RELEASE",
         ),
-        row("per-key slot (KeySlot.take)", 3, "per-key slot (KeySlot.take)"),
-        row("of which UPSERT rate_counters (driver)", 4, "driver | UPSERT rate_counters"),
-        row("INSERT audit_log (driver, one executemany per batch)", 3, "driver | INSERT audit_log"),
-        row("COMMIT (WAL append + fsync)", 3, "driver | COMMIT"),
+        row("per-key slot (KeySlot.take)", 2, "per-key slot (KeySlot.take)"),
+        row("of which UPSERT rate_counters (driver)", 3, "driver | UPSERT rate_counters"),
+        row("INSERT audit_log (driver, one executemany per batch)", 2, "driver | INSERT audit_log"),
+        row("COMMIT (WAL append + fsync)", 2, "driver | COMMIT"),
     ]
-    rows += [row(label, 0) for label in _TOP_LEVEL[3:]]
+    rows += [row(label, 0) for label in _TOP_LEVEL[2:]]
     measured = sum(timers.micros(label, requests) for label in _TOP_LEVEL)
     rows.append(
         Phase(
-            "the fast path's own work, JSON encoding, test client",
+            "the endpoint's own work, JSON encoding, test client",
             0,
             max(0.0, total - measured),
             None,
