@@ -587,8 +587,8 @@ def run_profile(requests: int, threads: int) -> None:
     print_table(["phase", "µs/request", "share", "calls/request"], rows)
     print(
         "Rows with no calls/request are differences: a phase minus the rows timed inside it. "
-        "The batch transaction runs on the request thread itself (the recorder has no thread "
-        "of its own: the caller that finds no batch under way commits it).\n"
+        "The key lookup, the decision and the batch run on the recorder's thread "
+        "(core.hotpath.recorder), while the request's thread waits for them.\n"
     )
     if profile.missing:
         print(f"Not measured (not found in the app): {', '.join(profile.missing)}.\n")
@@ -612,8 +612,8 @@ def run_profile(requests: int, threads: int) -> None:
             f"requests, no timers), as a server worker is under load: {c.micros:,.0f} µs of "
             f"wall time and {c.cpu_micros:,.0f} µs of CPU per request "
             f"({1e6 / c.micros:,.0f} req/s), {c.batch_size:.2f} "
-            f"decisions per group transaction, a batch takes {c.batch_micros:,.0f} µs on its "
-            f"leading thread and holds the write lock {c.lock_micros * c.batch_size:,.0f} µs "
+            f"decisions per group transaction, a batch takes {c.batch_micros:,.0f} µs on the "
+            f"recorder's thread and holds the write lock {c.lock_micros * c.batch_size:,.0f} µs "
             f"({c.lock_micros:,.0f} µs per decision). What a batch sends to the driver, "
             "alone and with the other threads running (wall time per call, so it includes "
             "waiting to get the GIL back after the call released it):\n"
