@@ -69,27 +69,48 @@ def _statements(engine: Engine) -> _Statements:
 
 class Reads:
     """One request's reads: a pooled driver connection, checked out on first use and given
-    back by :meth:`close`; or, given ``connect``, the connection it returns (the recorder's
-    own, which these reads never close: a broken one is reported by :attr:`broken`). Each read
-    sees what was committed when it ran."""
+    back by :meth:`close`. Each read sees what was committed when it ran."""
 
-    def __init__(self, engine: Engine, connect: Callable[[], Any] | None = None) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._sql = _statements(engine)
         self._connection: Any = None
-        self._connect = connect
+        self._connect: Callable[[], Any] | None = None
         self.broken = False
+        self._keys: dict[str, KeyRow | None] | None = None
+        self._agents: dict[tuple[str, str], AgentRow | None] | None = None
+
+    @classmethod
+    def for_batch(cls, engine: Engine, connect: Callable[[], Any]) -> Reads:
+        """The reads of one batch of the recorder's, on the connection ``connect`` returns (the
+        recorder's own, which these reads never close: a broken one is reported by
+        :attr:`broken`). A row read once is not read again: the calls of a batch, often by one
+        key for one agent, are decided on what was committed when its reads began."""
+        reads = cls(engine)
+        reads._connect = connect
+        reads._keys, reads._agents = {}, {}
+        return reads
 
     def api_key(self, key_hash: str) -> KeyRow | None:
+        if self._keys is not None and key_hash in self._keys:
+            return self._keys[key_hash]
         row = self._fetch(self._sql.key, {"key_hash": key_hash})
-        if row is None:
-            return None
-        expires = None if row[3] is None else self._sql.timestamp(row[3])
-        return KeyRow(row[0], row[1], row[2], expires, row[4] is not None)
+        found = None
+        if row is not None:
+            expires = None if row[3] is None else self._sql.timestamp(row[3])
+            found = KeyRow(row[0], row[1], row[2], expires, row[4] is not None)
+        if self._keys is not None:
+            self._keys[key_hash] = found
+        return found
 
     def agent(self, agent_id: str, workspace_id: str) -> AgentRow | None:
+        if self._agents is not None and (agent_id, workspace_id) in self._agents:
+            return self._agents[agent_id, workspace_id]
         row = self._fetch(self._sql.agent, {"agent_id": agent_id, "workspace_id": workspace_id})
-        return None if row is None else AgentRow(row[0], row[1], row[2], row[3])
+        found = None if row is None else AgentRow(row[0], row[1], row[2], row[3])
+        if self._agents is not None:
+            self._agents[agent_id, workspace_id] = found
+        return found
 
     def close(self) -> None:
         """Give the connection back; a later read takes one again."""

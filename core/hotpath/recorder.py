@@ -392,7 +392,7 @@ class Recorder:
     ) -> tuple[list[_Entry], list[tuple[_Entry, Exception]]]:
         jobs: list[_Entry] = []
         failed: list[tuple[_Entry, Exception]] = []
-        reads = Reads(self._engine, self._connect)
+        reads = Reads.for_batch(self._engine, self._connect)
         for entry in entries:
             if entry.read is not None:
                 try:

@@ -191,3 +191,52 @@ def test_coroutines_and_threads_share_batches_and_each_gets_its_own_result(db, r
     assert [n for n, _ in answers] == list(range(20))
     # every call counted once: the 30 counts are 1..30, whatever the batches were
     assert sorted(counts + [counted.held for _, counted in answers]) == list(range(1, 31))
+
+
+class _Counting:
+    """A driver connection that counts the statements sent through it."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.statements = 0
+
+    def cursor(self) -> Any:
+        cursor = self.connection.cursor()
+        outer = self
+
+        class Cursor:
+            def execute(self, *args: Any) -> Any:
+                outer.statements += 1
+                return cursor.execute(*args)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(cursor, name)
+
+        return Cursor()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.connection, name)
+
+
+def test_a_batchs_reads_read_each_key_and_agent_once_and_a_requests_reads_every_time(db):
+    raw = db.engine.raw_connection()
+    try:
+        counted = _Counting(raw)
+        batch = Reads.for_batch(db.engine, lambda: counted)
+        for _ in range(3):
+            assert batch.api_key("0" * 64) is None
+            assert batch.agent("agent", "workspace") is None
+        assert counted.statements == 2
+        batch.api_key("1" * 64)
+        assert counted.statements == 3
+    finally:
+        raw.close()
+    each = Reads(db.engine)
+    try:
+        sent = _Counting(db.engine.raw_connection())
+        each._connection = sent  # the request's own, as the pool would have handed it over
+        for _ in range(3):
+            each.api_key("0" * 64)
+        assert sent.statements == 3  # a key revoked between two of them is seen
+    finally:
+        each.close()
