@@ -15,8 +15,10 @@ line (``api.observe``), the key, scope, query and per-key slot (``api.auth``), t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -45,6 +47,11 @@ PATH = "/v1/authorize"
 REQUEST_SCHEMA = "authorize.json#/$defs/request"
 #: what the path answers to; any other method is 405 (OPTIONS as Flask answers it for a route)
 METHODS = ("OPTIONS", "POST")
+#: a body at most this long is parsed on the recorder's thread, once its key was found (at
+#: most a few milliseconds, even for the slowest JSON); a longer one by its caller, on a thread
+#: of its own, before a second trip to the recorder
+PARSED_ON_THE_RECORDER = 16 * 1024
+log = logging.getLogger("agentauth.api")
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 #: status, headers and body
@@ -87,6 +94,7 @@ class _Call:
     error: Exception | None = None
     #: refused after the key: answered once the key is found, and counted against it
     refusal: Exception | None = None
+    raw: bytes | None = None  # the body, until it is parsed (once its key was found)
     body: dict[str, Any] | None = None
     caller: Principal | None = None
     slot: KeySlot | None = None
@@ -115,29 +123,37 @@ class Endpoint:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         call = self._arrive(environ)
+        recorder = self.services.recorder
         if call.error is None:
             try:
-                call.outcome = self.services.recorder.run(read=functools.partial(self._read, call))
+                call.outcome = recorder.run(read=functools.partial(self._read, call))
+                if call.raw is not None:  # a long body: parsed here, now that its key was found
+                    self._parse(call)
+                    call.outcome = recorder.run(read=functools.partial(self._read, call))
             except Exception as exc:
-                call.error = exc
+                self._failed(call, exc)
         status, headers, data = self._answer(call)
         start_response(f"{status} {HTTP_STATUS_CODES[status].upper()}", headers)
         return [data]
 
     async def answer(self, environ: dict[str, Any]) -> Answer:
         """The answer on an event loop, which serves other requests while this one waits for
-        its batch."""
+        its batch (and a long body is parsed on a thread, not on the loop)."""
         call = self._arrive(environ)
+        recorder = self.services.recorder
         if call.error is None:
             try:
-                read = functools.partial(self._read, call)
-                call.outcome = await self.services.recorder.arun(read=read)
+                call.outcome = await recorder.arun(read=functools.partial(self._read, call))
+                if call.raw is not None:
+                    await asyncio.get_running_loop().run_in_executor(None, self._parse, call)
+                    call.outcome = await recorder.arun(read=functools.partial(self._read, call))
             except Exception as exc:
-                call.error = exc
+                self._failed(call, exc)
         return self._answer(call)
 
     def _arrive(self, environ: dict[str, Any]) -> _Call:
-        """What can be known of the request without the database."""
+        """What can be known of the request without the database, and without parsing its body
+        (a request whose key is not found never gets that far)."""
         method = environ.get("REQUEST_METHOD", "")
         call = _Call(environ, time.perf_counter(), method, not environ.get(COUNTED))
         if call.counted:  # from here until answered, unless the server's front counts it
@@ -155,28 +171,50 @@ class Endpoint:
         try:
             refuse_query(request.args, frozenset())
             if method == "POST":
-                raw = body_bytes(request)
-                call.body = parse_body(raw, REQUEST_SCHEMA)
+                call.raw = body_bytes(request)
         except Exception as exc:
             call.refusal = exc
         # the request's instant: its body is complete
         call.moment = self.services.clock()
         return call
 
-    def _read(self, call: _Call, reads: Reads) -> Callable[[Batch], Outcome | None]:
-        """On the recorder's thread, before the batch: the key, then the decision (or, for a
-        call refused after the key, only its count against the key)."""
+    def _read(self, call: _Call, reads: Reads) -> Callable[[Batch], Outcome | None] | None:
+        """On the recorder's thread, before the batch: the key, then the body (when it is short)
+        and the decision, or for a call refused after the key only its count against the key.
+        None for a long body, which its caller parses before it asks again."""
         svc = self.services
         assert call.moment is not None
         caller = call.caller = keys.authenticate(reads, call.header, call.moment)
         slot = call.slot = slot_for(caller, call.moment, svc.settings.rate_limit_per_minute)
         require_scope(caller, Scope.READ_ONLY)
+        if call.raw is not None:
+            if len(call.raw) > PARSED_ON_THE_RECORDER:
+                return None
+            self._parse(call)
         if call.body is None:  # refused, or OPTIONS: counted, as a request to any endpoint is
             return functools.partial(_count, slot)
         return decide(
             svc.db, svc.recorder.statements, svc.policies, caller, call.body, call.moment,
             call.received, reads=reads, on_transaction=slot.take,
         )  # fmt: skip
+
+    @staticmethod
+    def _parse(call: _Call) -> None:
+        assert call.raw is not None
+        try:
+            call.body = parse_body(call.raw, REQUEST_SCHEMA)
+        except Exception as exc:
+            call.refusal = exc
+        call.raw = None
+
+    @staticmethod
+    def _failed(call: _Call, exc: Exception) -> None:
+        """What the recorder raised. A call refused for what it is stays refused when only its
+        count against its key could not be written (logged), as for any endpoint."""
+        if call.refusal is not None and call.caller is not None and isinstance(exc, StorageError):
+            log.warning("could not count a refused request against its key's rate limit")
+            return
+        call.error = exc
 
     def _answer(self, call: _Call) -> Answer:
         """Status, headers and body; the metrics and the access line."""
@@ -205,8 +243,8 @@ class Endpoint:
         if isinstance(failed, HTTPException):  # Werkzeug's: 405, 413, a body cut short
             return render_http_error(failed, self.max_body)
         if failed is not None:
-            if isinstance(failed, StorageError) and call.caller is not None:
-                metrics.AUDIT_FAILURES.inc()
+            if isinstance(failed, StorageError) and call.body is not None:
+                metrics.AUDIT_FAILURES.inc()  # a decision was to be recorded
             return render_error(failed)
         if call.outcome is None:  # OPTIONS
             return 200, None, {"Allow": ", ".join(METHODS)}

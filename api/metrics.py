@@ -61,8 +61,8 @@ LATENCY = Histogram(
 )
 BATCH_SIZE = Histogram(
     "agentauth_decision_batch_size",
-    "Decisions committed together, one observation per commit (group commit: how many "
-    "decisions share one transaction and one durable write)",
+    "Writes of the decision path committed together, one observation per commit: authorize "
+    "decisions (and the count of a refused call against its key, an approval decided)",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
 AUDIT_FAILURES = Counter(

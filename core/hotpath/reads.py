@@ -143,8 +143,14 @@ class Reads:
         if connection is None:
             return
         dialect = self._sql.dialect
-        if self._connect is not None:  # not ours to close: its owner is told
-            self.broken = True
+        if self._connect is not None:  # not ours to close
+            try:
+                if dialect.is_disconnect(exc, connection.driver_connection, None):
+                    self.broken = True  # its owner drops it
+                else:  # a failed statement: the next read must not find the transaction void
+                    connection.rollback()
+            except Exception:
+                self.broken = True
             return
         try:
             if dialect.is_disconnect(exc, connection.driver_connection, None):

@@ -190,8 +190,9 @@ class Batch:
 
 
 Job = Callable[[Batch], Any]
-#: a job's read phase: given the recorder's reads, the job to run in the batch
-Read = Callable[[Reads], Job]
+#: a job's read phase: given the recorder's reads, the job to run in the batch, or None when
+#: there is nothing to write (the caller is then answered None, without a batch)
+Read = Callable[[Reads], Job | None]
 
 
 class _Entry:
@@ -258,8 +259,10 @@ class _StaleConnection(Exception):
 
 
 class Recorder:
-    """Group commit for one process and one database, on a thread of its own (started on first
-    use, in the process that uses it: a forked worker starts its own)."""
+    """Group commit for one process and one database, on a thread of its own, started on first
+    use (and again should it ever have died). A process forked from one that has used the
+    recorder must not use it (its locks may have been held at the fork): ``agentauth serve``
+    forks its workers before any of them makes an app."""
 
     def __init__(
         self,
@@ -317,14 +320,18 @@ class Recorder:
     def _enqueue(self, entry: _Entry) -> None:
         with self._queued:
             if self._owner != os.getpid():  # first use in this process
-                self._owner = os.getpid()
                 self._closing = False
                 self._pending.clear()
                 self._connection = None  # a parent's connection is not this process's
-                self._thread = threading.Thread(
+                self._thread = None
+            elif self._closing:  # nothing would run it: refused, never left waiting
+                raise StorageError("the decision could not be recorded: the service is stopping")
+            if self._thread is None or not self._thread.is_alive():
+                thread = threading.Thread(
                     target=self._serve, name="agentauth-recorder", daemon=True
                 )
-                self._thread.start()
+                thread.start()  # may fail (no thread to be had): then tried again next time
+                self._thread, self._owner = thread, os.getpid()
             self._pending.append(entry)
             self._queued.notify()
 
@@ -341,6 +348,7 @@ class Recorder:
                 self._commit_batch(jobs)
             except BaseException:  # SystemExit from a job: its batch fails, the thread goes on
                 log.exception("a job stopped the recorder's batch; nothing of it was committed")
+                self._drop_connection()  # whatever transaction it held goes with it
                 for entry in jobs:
                     if not entry.ok and entry.value is None:  # not told yet
                         entry.settle(False, StorageError("the decision could not be recorded"))
@@ -399,6 +407,9 @@ class Recorder:
                     entry.job = entry.read(reads)
                 except Exception as exc:
                     failed.append((entry, exc))
+                    continue
+                if entry.job is None:  # read, nothing to write
+                    entry.settle(True, None)
                     continue
             jobs.append(entry)
         if reads.broken:

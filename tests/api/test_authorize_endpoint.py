@@ -246,3 +246,68 @@ def test_in_debug_mode_the_answer_is_indented_as_flasks_are(app, clock):
     listed = client.get("/v1/agents", headers=headers).get_data(as_text=True)
     assert text.splitlines()[:2] == ["{", '  "allowed": false,']
     assert listed.splitlines()[0] == "{"
+
+
+def test_a_body_is_parsed_only_once_its_key_was_found(app, workspace, monkeypatch):
+    """A key of the right shape that is nobody's gets its 401 without its body being parsed:
+    parsing a long body is work that only a caller with a key may cost the service."""
+    import api.authorize
+
+    parsed: list[int] = []
+    parse = api.authorize.parse_body
+
+    def counting(raw: bytes, ref: str) -> Any:
+        parsed.append(len(raw))
+        return parse(raw, ref)
+
+    monkeypatch.setattr(api.authorize, "parse_body", counting)
+    client = app.test_client()
+    body = {"agent_id": "x", "tool_name": "t", "parameters": {"a": [{}] * 1000}}
+    nobody = client.post("/v1/authorize", json=body, headers=bearer("svc_" + "0" * 32))
+    assert nobody.status_code == 401
+    assert parsed == []
+    known = client.post("/v1/authorize", json=body, headers=workspace.headers("admin"))
+    assert known.status_code == 400  # agent_id is not a UUID
+    assert len(parsed) == 1
+
+
+@pytest.mark.parametrize("valid", [True, False], ids=["decided", "refused"])
+def test_a_long_body_is_decided_or_refused_as_a_short_one(app, workspace, valid):
+    client = app.test_client()
+    headers = workspace.headers("admin")
+    agent_id = make_agent(client, headers, "long", [{"type": "tool_allowlist", "tools": ["*"]}])
+    note = "n" * 40_000  # past what is parsed on the recorder's thread
+    body: dict[str, Any] = {"agent_id": agent_id, "tool_name": "t", "parameters": {"note": note}}
+    if not valid:
+        body["unexpected"] = True
+    response = client.post("/v1/authorize", json=body, headers=headers)
+    if valid:
+        assert response.status_code == 200
+        assert response.json["allowed"] is True
+    else:
+        assert response.status_code == 400
+        assert response.json["error"]["code"] == "VALIDATION_ERROR"
+    assert response.headers["X-RateLimit-Remaining"] == str(LIMIT - 3)  # counted, once
+
+
+def test_a_refusal_whose_count_cannot_be_written_is_still_the_refusal(app, workspace, monkeypatch):
+    from core.hotpath.recorder import Recorder
+
+    def no_writes(*_args: Any) -> None:
+        raise RuntimeError("database or disk is full")
+
+    monkeypatch.setattr(Recorder, "_locked_transaction", no_writes)
+    client = app.test_client()
+    headers = workspace.headers("admin")
+    refused = client.post("/v1/authorize", json={"agent_id": 1}, headers=headers)
+    assert refused.status_code == 400
+    assert "X-RateLimit-Remaining" not in refused.headers  # not counted: it could not be
+    decided = client.post(
+        "/v1/authorize", json={"agent_id": "x", "tool_name": "t"}, headers=headers
+    )
+    assert decided.status_code == 400  # agent_id must be a UUID: refused too
+    agent = "00000000-0000-4000-8000-000000000000"
+    failed = client.post(
+        "/v1/authorize", json={"agent_id": agent, "tool_name": "t"}, headers=headers
+    )
+    assert failed.status_code == 500  # a decision that cannot be recorded is never answered

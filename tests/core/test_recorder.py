@@ -16,6 +16,7 @@ from core.config import Settings
 from core.domain.errors import StorageError
 from core.hotpath.reads import Reads
 from core.hotpath.recorder import Batch, Recorder
+from core.hotpath.sql import Compiled
 from core.store.database import Database
 
 DEADLINE = 30  # seconds: a hang guard, never a measure of speed
@@ -240,3 +241,79 @@ def test_a_batchs_reads_read_each_key_and_agent_once_and_a_requests_reads_every_
         assert sent.statements == 3  # a key revoked between two of them is seen
     finally:
         each.close()
+
+
+def test_a_failing_read_fails_alone_and_the_others_of_its_batch_are_read(db, recorder):
+    """On PostgreSQL a failed statement voids the transaction the reads run in: it is rolled
+    back at once, so the next reads of the batch still work."""
+    recorder.run(lambda _b: None)  # the connection is kept from here: the next batch reuses it
+    entered, release = threading.Event(), threading.Event()
+    results: dict[str, tuple[str, Any]] = {}
+    queue = recorder._pending = _Queue()
+
+    def holding(_batch: Batch) -> str:
+        entered.set()
+        release.wait(DEADLINE)
+        return "held"
+
+    def good(name: str) -> Callable[[Reads], Callable[[Batch], Any]]:
+        def read(reads: Reads) -> Callable[[Batch], Any]:
+            assert reads.agent("no-such-agent", "no-such-workspace") is None
+            return lambda _b: name
+
+        return read
+
+    def bad(reads: Reads) -> Callable[[Batch], Any]:
+        # a server-side error, as a statement_timeout, a lock_timeout or a cancel would be
+        reads._fetch(Compiled("SELECT no_such_column FROM agents", ()), {})
+        return lambda _b: "bad"
+
+    def call(name: str, **how: Any) -> None:
+        try:
+            results[name] = ("ok", recorder.run(**how))
+        except Exception as exc:
+            results[name] = ("raised", type(exc).__name__)
+
+    threads = [threading.Thread(target=call, args=("leader",), kwargs={"job": holding})]
+    threads[0].start()
+    assert entered.wait(DEADLINE)
+    reads = [("a", good("a")), ("bad", bad), ("c", good("c")), ("d", good("d"))]
+    for count, (name, read) in enumerate(reads, start=1):
+        threads.append(threading.Thread(target=call, args=(name,), kwargs={"read": read}))
+        threads[-1].start()
+        queue.wait_for(count)
+    release.set()
+    for thread in threads:
+        thread.join(DEADLINE)
+    assert results == {
+        "leader": ("ok", "held"),
+        "a": ("ok", "a"),
+        "bad": ("raised", "StorageError"),
+        "c": ("ok", "c"),
+        "d": ("ok", "d"),
+    }
+
+
+def test_a_thread_that_could_not_be_started_is_started_at_the_next_call(recorder, monkeypatch):
+    started = threading.Thread.start
+    refusals = [RuntimeError("can't start new thread")]
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "agentauth-recorder" and refusals:
+            raise refusals.pop()
+        started(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        recorder.run(lambda _b: "first")
+    assert recorder.run(lambda _b: "second") == "second"
+
+
+def test_a_call_after_close_is_refused_not_left_waiting(db):
+    recorder = Recorder.for_database(db)
+    assert recorder.run(lambda _b: "before") == "before"
+    recorder.close()
+    with pytest.raises(StorageError):
+        recorder.run(lambda _b: "after")
+    with pytest.raises(StorageError):
+        asyncio.run(recorder.arun(lambda _b: "after"))
