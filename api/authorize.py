@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -120,6 +121,11 @@ class Endpoint:
         self.app = app
         self.services: Services = app.extensions["agentauth"]
         self.max_body: int = app.config["MAX_CONTENT_LENGTH"]
+        #: calls arrived and not yet answered, in this process: the recorder's batches wait for
+        #: the ones on their way (core.hotpath.recorder.Recorder._gather)
+        self._in_hand = 0
+        self._in_hand_lock = threading.Lock()
+        self.services.recorder.calls_in_progress = self._calls_in_hand
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         call = self._arrive(environ)
@@ -156,6 +162,8 @@ class Endpoint:
         (a request whose key is not found never gets that far)."""
         method = environ.get("REQUEST_METHOD", "")
         call = _Call(environ, time.perf_counter(), method, not environ.get(COUNTED))
+        with self._in_hand_lock:
+            self._in_hand += 1
         if call.counted:  # from here until answered, unless the server's front counts it
             metrics.IN_FLIGHT.inc()
         request = Request(environ)
@@ -198,6 +206,9 @@ class Endpoint:
             call.received, reads=reads, on_transaction=slot.take,
         )  # fmt: skip
 
+    def _calls_in_hand(self) -> int:
+        return self._in_hand
+
     @staticmethod
     def _parse(call: _Call) -> None:
         assert call.raw is not None
@@ -235,6 +246,8 @@ class Endpoint:
             log_access(rid, call.method, PATH, status, call.received, call.caller)
             return status, headers, data
         finally:
+            with self._in_hand_lock:
+                self._in_hand -= 1
             if call.counted:
                 metrics.IN_FLIGHT.dec()
 

@@ -317,3 +317,26 @@ def test_a_call_after_close_is_refused_not_left_waiting(db):
         recorder.run(lambda _b: "after")
     with pytest.raises(StorageError):
         asyncio.run(recorder.arun(lambda _b: "after"))
+
+
+def test_a_batch_waits_for_the_calls_in_hand_and_commits_them_together(db, recorder):
+    """Three calls in hand, arriving one after the other: one commit for the three (without
+    the wait, the first would have gone alone, as soon as it came)."""
+    sizes: list[int] = []
+    recorder._on_commit = sizes.append
+    recorder.calls_in_progress = lambda: 3
+    recorder._last_batch_seconds = DEADLINE  # the wait's bound: a hang guard here
+    queue = recorder._pending = _Queue()
+    results: list[int] = []
+    threads = []
+    for n in range(3):
+        threads.append(
+            threading.Thread(target=lambda n=n: results.append(recorder.run(lambda _b: n)))
+        )
+        threads[-1].start()
+        if n < 2:  # still queued: the recorder waits for the third
+            queue.wait_for(n + 1)
+    for thread in threads:
+        thread.join(DEADLINE)
+    assert sorted(results) == [0, 1, 2]
+    assert sizes == [3]
