@@ -130,15 +130,18 @@ class Endpoint:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         call = self._arrive(environ)
         recorder = self.services.recorder
-        if call.error is None:
-            try:
-                call.outcome = recorder.run(read=functools.partial(self._read, call))
-                if call.raw is not None:  # a long body: parsed here, now that its key was found
-                    self._parse(call)
+        try:
+            if call.error is None:
+                try:
                     call.outcome = recorder.run(read=functools.partial(self._read, call))
-            except Exception as exc:
-                self._failed(call, exc)
-        status, headers, data = self._answer(call)
+                    if call.raw is not None:  # a long body: parsed now that its key was found
+                        self._parse(call)
+                        call.outcome = recorder.run(read=functools.partial(self._read, call))
+                except Exception as exc:
+                    self._failed(call, exc)
+            status, headers, data = self._answer(call)
+        finally:
+            self._leave(call)
         start_response(f"{status} {HTTP_STATUS_CODES[status].upper()}", headers)
         return [data]
 
@@ -147,15 +150,18 @@ class Endpoint:
         its batch (and a long body is parsed on a thread, not on the loop)."""
         call = self._arrive(environ)
         recorder = self.services.recorder
-        if call.error is None:
-            try:
-                call.outcome = await recorder.arun(read=functools.partial(self._read, call))
-                if call.raw is not None:
-                    await asyncio.get_running_loop().run_in_executor(None, self._parse, call)
+        try:
+            if call.error is None:
+                try:
                     call.outcome = await recorder.arun(read=functools.partial(self._read, call))
-            except Exception as exc:
-                self._failed(call, exc)
-        return self._answer(call)
+                    if call.raw is not None:
+                        await asyncio.get_running_loop().run_in_executor(None, self._parse, call)
+                        call.outcome = await recorder.arun(read=functools.partial(self._read, call))
+                except Exception as exc:
+                    self._failed(call, exc)
+            return self._answer(call)
+        finally:  # answered, failed, or cancelled: no longer in hand, nor in flight
+            self._leave(call)
 
     def _arrive(self, environ: dict[str, Any]) -> _Call:
         """What can be known of the request without the database, and without parsing its body
@@ -166,9 +172,9 @@ class Endpoint:
             self._in_hand += 1
         if call.counted:  # from here until answered, unless the server's front counts it
             metrics.IN_FLIGHT.inc()
-        request = Request(environ)
-        request.max_content_length = self.max_body
         try:
+            request = Request(environ)
+            request.max_content_length = self.max_body
             if method not in METHODS:
                 raise MethodNotAllowed(valid_methods=METHODS)
             call.header = request.headers.get("Authorization")
@@ -229,27 +235,27 @@ class Endpoint:
 
     def _answer(self, call: _Call) -> Answer:
         """Status, headers and body; the metrics and the access line."""
-        try:
-            status, answer, extra = self._status(call)
-            if call.slot is not None and call.slot.taken:
-                extra.update(call.slot.headers())
-            data = b""
-            headers: list[tuple[str, str]] = []
-            if answer is not None:  # Flask's JSON provider makes the body, as of a view's
-                encoded = cast(Response, self.app.json.response(answer))
-                data = encoded.get_data()
-                headers.append(("Content-Type", encoded.content_type or "application/json"))
-            headers.append(("Content-Length", str(len(data))))
-            headers.extend(extra.items())
-            rid = request_id(call.environ.get("HTTP_X_REQUEST_ID", ""))
-            headers += [(HEADER, rid), NOSNIFF]
-            log_access(rid, call.method, PATH, status, call.received, call.caller)
-            return status, headers, data
-        finally:
-            with self._in_hand_lock:
-                self._in_hand -= 1
-            if call.counted:
-                metrics.IN_FLIGHT.dec()
+        status, answer, extra = self._status(call)
+        if call.slot is not None and call.slot.taken:
+            extra.update(call.slot.headers())
+        data = b""
+        headers: list[tuple[str, str]] = []
+        if answer is not None:  # Flask's JSON provider makes the body, as of a view's
+            encoded = cast(Response, self.app.json.response(answer))
+            data = encoded.get_data()
+            headers.append(("Content-Type", encoded.content_type or "application/json"))
+        headers.append(("Content-Length", str(len(data))))
+        headers.extend(extra.items())
+        rid = request_id(call.environ.get("HTTP_X_REQUEST_ID", ""))
+        headers += [(HEADER, rid), NOSNIFF]
+        log_access(rid, call.method, PATH, status, call.received, call.caller)
+        return status, headers, data
+
+    def _leave(self, call: _Call) -> None:
+        with self._in_hand_lock:
+            self._in_hand -= 1
+        if call.counted:
+            metrics.IN_FLIGHT.dec()
 
     def _status(self, call: _Call) -> tuple[int, dict[str, Any] | None, dict[str, str]]:
         failed = call.error or call.refusal

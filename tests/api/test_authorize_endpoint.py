@@ -311,3 +311,30 @@ def test_a_refusal_whose_count_cannot_be_written_is_still_the_refusal(app, works
         "/v1/authorize", json={"agent_id": agent, "tool_name": "t"}, headers=headers
     )
     assert failed.status_code == 500  # a decision that cannot be recorded is never answered
+
+
+def test_a_call_cancelled_while_it_waits_leaves_nothing_in_hand(app, workspace, monkeypatch):
+    """On the server's event loop a call may be cancelled while it waits for its batch: it must
+    not stay counted in hand (every later batch would wait for it) nor in flight."""
+    import asyncio
+
+    from werkzeug.test import EnvironBuilder
+
+    from api import metrics
+
+    endpoint = app.wsgi_app.endpoint
+    recorder = app.extensions["agentauth"].recorder
+
+    async def cancelled(**_how: Any) -> Any:
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(recorder, "arun", cancelled)
+    environ = EnvironBuilder(
+        path="/v1/authorize", method="POST", json={"agent_id": "x", "tool_name": "t"},
+        headers=workspace.headers("admin"),
+    ).get_environ()  # fmt: skip
+    in_flight = metrics.IN_FLIGHT._value.get()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(endpoint.answer(environ))
+    assert endpoint._calls_in_hand() == 0
+    assert metrics.IN_FLIGHT._value.get() == in_flight
