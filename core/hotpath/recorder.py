@@ -289,7 +289,6 @@ class Recorder:
         #: batch wait for the ones on their way (see _gather); None: no waiting
         self.calls_in_progress: Callable[[], int] | None = None
         self._last_batch_seconds = 0.0
-        self._in_hand_after_batch = 0
 
     @classmethod
     def for_database(cls, db: Database, on_commit: Callable[[int], None] | None = None) -> Recorder:
@@ -362,13 +361,11 @@ class Recorder:
             finally:
                 _wake(jobs)
             self._last_batch_seconds = time.monotonic() - started
-            if self.calls_in_progress is not None:  # its callers among them, being answered
-                self._in_hand_after_batch = self.calls_in_progress()
 
     def _gather(self) -> None:
-        """Group commit that grows with the load: when fewer calls are queued than were in hand
-        as the last batch was answered (its callers are on their way back, under load), or are
-        in hand now, wait for them, for at most as long as the last batch took. A call then
+        """Group commit that grows with the load: when fewer calls are queued than the worker has
+        in hand (among them, right after a batch, its callers being answered, who under load
+        come straight back), wait for them, for at most as long as the last batch took. A call then
         waits at most one batch's time more, and under load a commit (the fsync, the write
         lock, the hand-offs) is shared by more of the calls in hand instead of every other half
         of them (bench/RESULTS.md, #21). Alone, a call waits for nothing: it is the only one in
