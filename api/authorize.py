@@ -6,7 +6,7 @@ and Flask has no route for it: :class:`Routes` (the app's WSGI entry, set by ``c
 sends the path here and everything else to Flask. Why not a Flask view: Flask's per-request
 machinery (request and app contexts, routing, the five hooks with their ``LocalProxy`` lookups,
 a response object) cost more CPU than the decision itself, and this path is the service's hot
-path (bench/RESULTS.md, "Why the code is shaped this way"). What those hooks do for a request
+path (bench/RESULTS.md, "Issue 21": a third more CPU a call). What those hooks do for a request
 the endpoint does by calling the same functions, in the same order: the request id and access
 line (``api.observe``), the key, scope, query and per-key slot (``api.auth``), the body
 (``api.params``, on Flask's own ``Request`` class) and the rendering of errors
