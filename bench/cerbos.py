@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.engine_compare import deny_condition
+
 VERSION = "0.55.0"
 PACKAGE = "@cerbos/cerbos-linux-x64"
 #: package.json and package-lock.json (with the integrity hash), committed next to this module
@@ -182,19 +184,7 @@ def _cel_window(window: dict[str, Any]) -> str:
 
 
 def _cel_denies(rule: dict[str, Any]) -> str | None:
-    """The condition under which ``rule`` denies, or None for an allowlist."""
-    scope = _cel_tools(rule.get("tools"))
-    kind = rule["type"]
-    if kind == "tool_allowlist":
-        return None
-    if kind == "tool_denylist":
-        return scope
-    if kind == "parameter_constraint":
-        holds = " && ".join(_cel_constraint(n, s) for n, s in rule["parameters"].items())
-        return f"({scope} && !({holds}))"
-    if kind == "time_based":
-        return f"({scope} && !{_cel_window(rule['timeWindow'])})"
-    raise ValueError(f"{kind} rules have no counterpart in Cerbos")
+    return deny_condition(rule, _cel_tools, _cel_constraint, _cel_window)
 
 
 def _identifier(name: str) -> str:

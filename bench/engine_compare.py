@@ -379,20 +379,30 @@ def _cedar_window(window: dict[str, Any]) -> str:
     return "(" + " && ".join(holds) + ")"
 
 
-def _cedar_denies(rule: dict[str, Any]) -> str | None:
-    """The condition under which ``rule`` denies, or None for an allowlist."""
-    scope = _cedar_tools(rule.get("tools"))
+def deny_condition(
+    rule: dict[str, Any],
+    tools: Callable[[Sequence[str] | None], str],
+    constraint: Callable[[str, dict[str, Any]], str],
+    window: Callable[[dict[str, Any]], str],
+) -> str | None:
+    """The condition under which ``rule`` denies, or None for an allowlist, in a target
+    language given by its three translations (Cedar here, CEL in bench/cerbos.py)."""
+    scope = tools(rule.get("tools"))
     kind = rule["type"]
     if kind == "tool_allowlist":
         return None
     if kind == "tool_denylist":
         return scope
     if kind == "parameter_constraint":
-        holds = " && ".join(_cedar_constraint(n, s) for n, s in rule["parameters"].items())
+        holds = " && ".join(constraint(n, s) for n, s in rule["parameters"].items())
         return f"({scope} && !({holds}))"
     if kind == "time_based":
-        return f"({scope} && !{_cedar_window(rule['timeWindow'])})"
+        return f"({scope} && !{window(rule['timeWindow'])})"
     raise ValueError(f"{kind} rules are left out of the comparison")
+
+
+def _cedar_denies(rule: dict[str, Any]) -> str | None:
+    return deny_condition(rule, _cedar_tools, _cedar_constraint, _cedar_window)
 
 
 def to_cedar(policies: Sequence[dict[str, Any]]) -> str:

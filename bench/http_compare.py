@@ -984,7 +984,7 @@ def _cprofile(app: Any, setup: _Setup, requests: int) -> list[tuple[str, float, 
         finally:
             on_the_thread.disable()
 
-    Recorder._commit_batch = profiled_batch  # type: ignore[method-assign]
+    Recorder._commit_batch = profiled_batch  # type: ignore[method-assign,assignment]
     try:
         profiled = max(1, requests // 2)
         profiler.enable()
