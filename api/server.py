@@ -2,9 +2,9 @@
 development server), through the front of :mod:`api.serving`.
 
 A master process forks the workers; each builds its own app (and so its own database engine)
-after the fork, serves on an event loop, and runs the app on a pool of threads. Why granian and
-its RSGI interface rather than gunicorn or a WSGI interface: bench/RESULTS.md, "Issue 22,
-finding 2" (slow clients hold a socket, never a thread).
+after the fork, serves on an event loop (uvloop's), and runs the app on a pool of threads. Why
+granian and its RSGI interface rather than gunicorn or a WSGI interface: bench/RESULTS.md, "Issue
+22, finding 2" (slow clients hold a socket, never a thread).
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ def _run(
         # HTTP/1.1 only: HTTP/2 in clear text (h2c) would have no header deadline
         http=HTTPModes.http1,
         workers=workers,
-        loop=Loops.asyncio,
+        # uvloop where it is installed (setup.cfg: everywhere but Windows), else asyncio's own:
+        # the front answers authorize calls on this loop, and uvloop's costs less CPU a call
+        loop=Loops.uvloop if _has_uvloop() else Loops.asyncio,
         backpressure=BACKPRESSURE,
         # a connection whose headers have not all arrived within the deadline is closed
         http1_settings=HTTP1Settings(header_read_timeout=settings.read_timeout_seconds * 1000),
@@ -84,6 +86,12 @@ def _run(
     _more_files()
     # a module-level function: picklable, should a worker be spawned rather than forked
     server.serve(target_loader=functools.partial(_load, settings, threads, make_app))
+
+
+def _has_uvloop() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def _more_files() -> None:
