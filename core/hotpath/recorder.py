@@ -37,6 +37,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -55,6 +56,8 @@ from core.store.models import AuditEntry
 log = logging.getLogger("agentauth.recorder")
 T = TypeVar("T")
 MAX_BATCH = 256
+#: how many of the last batches say how many calls a batch may expect (see Recorder._gather)
+RECENT_BATCHES = 8
 #: how long a batch waits for SQLite's write lock when no setting says otherwise
 LOCK_WAIT_SECONDS = 30.0
 #: SQLite's primary result codes for "another connection holds the lock" (extended codes such
@@ -289,6 +292,7 @@ class Recorder:
         #: batch wait for the ones on their way (see _gather); None: no waiting
         self.calls_in_progress: Callable[[], int] | None = None
         self._last_batch_seconds = 0.0
+        self._recent: deque[int] = deque(maxlen=RECENT_BATCHES)  # the last batches' sizes
 
     @classmethod
     def for_database(cls, db: Database, on_commit: Callable[[int], None] | None = None) -> Recorder:
@@ -328,6 +332,7 @@ class Recorder:
                 self._pending.clear()
                 self._connection = None  # a parent's connection is not this process's
                 self._thread = None
+                self._recent.clear()
             elif self._closing:  # nothing would run it: refused, never left waiting
                 raise StorageError("the decision could not be recorded: the service is stopping")
             if self._thread is None or not self._thread.is_alive():
@@ -349,6 +354,7 @@ class Recorder:
                 self._gather()
                 jobs = self._pending[:MAX_BATCH]
                 del self._pending[:MAX_BATCH]
+                self._recent.append(len(jobs))
             started = time.monotonic()
             try:
                 self._commit_batch(jobs)
@@ -363,17 +369,24 @@ class Recorder:
             self._last_batch_seconds = time.monotonic() - started
 
     def _gather(self) -> None:
-        """Group commit that grows with the load: when fewer calls are queued than the worker has
-        in hand (among them, right after a batch, its callers being answered, who under load
-        come straight back), wait for them, for at most as long as the last batch took. A call then
-        waits at most one batch's time more, and under load a commit (the fsync, the write
-        lock, the hand-offs) is shared by more of the calls in hand instead of every other half
-        of them (bench/RESULTS.md, #21). Alone, a call waits for nothing: it is the only one in
-        hand. Called holding ``_queued``."""
+        """Group commit that grows with the load: when fewer calls are queued than the batch
+        expects, wait for them, for at most as long as the last batch took. It expects the calls
+        the worker has in hand (among them, right after a batch, its callers being answered), or
+        as many as the largest of the last :data:`RECENT_BATCHES` batches, if more: under a
+        steady load the callers of the last batches come straight back, though not yet in hand
+        when the next batch starts. A call then waits at most one batch's time more, and a
+        commit (the fsync, the write lock, the hand-offs, the key and agent reads) is shared by
+        all the calls of a round instead of part of them (bench/RESULTS.md, #21). Alone, a call
+        waits for nothing: it is the only one in hand and the batches before it held one each;
+        when the load falls, the expectation falls with it within :data:`RECENT_BATCHES`
+        batches. Called holding ``_queued``."""
         if self.calls_in_progress is None:
             return
+        recent = max(self._recent, default=0)
         deadline = time.monotonic() + self._last_batch_seconds
-        while not self._closing and len(self._pending) < min(self.calls_in_progress(), MAX_BATCH):
+        while not self._closing and len(self._pending) < min(
+            max(self.calls_in_progress(), recent), MAX_BATCH
+        ):
             left = deadline - time.monotonic()
             if left <= 0:
                 return

@@ -15,7 +15,7 @@ import pytest
 from core.config import Settings
 from core.domain.errors import StorageError
 from core.hotpath.reads import Reads
-from core.hotpath.recorder import Batch, Recorder
+from core.hotpath.recorder import RECENT_BATCHES, Batch, Recorder
 from core.hotpath.sql import Compiled
 from core.store.database import Database
 
@@ -319,13 +319,8 @@ def test_a_call_after_close_is_refused_not_left_waiting(db):
         asyncio.run(recorder.arun(lambda _b: "after"))
 
 
-def test_a_batch_waits_for_the_calls_in_hand_and_commits_them_together(db, recorder):
-    """Three calls in hand, arriving one after the other: one commit for the three (without
-    the wait, the first would have gone alone, as soon as it came)."""
-    sizes: list[int] = []
-    recorder._on_commit = sizes.append
-    recorder.calls_in_progress = lambda: 3
-    recorder._last_batch_seconds = DEADLINE  # the wait's bound: a hang guard here
+def _three_in_turn(recorder: Recorder) -> None:
+    """Three callers, each arriving once the one before it is queued."""
     queue = recorder._pending = _Queue()
     results: list[int] = []
     threads = []
@@ -339,4 +334,75 @@ def test_a_batch_waits_for_the_calls_in_hand_and_commits_them_together(db, recor
     for thread in threads:
         thread.join(DEADLINE)
     assert sorted(results) == [0, 1, 2]
+
+
+def test_a_batch_waits_for_the_calls_in_hand_and_commits_them_together(db, recorder):
+    """Three calls in hand, arriving one after the other: one commit for the three (without
+    the wait, the first would have gone alone, as soon as it came)."""
+    sizes: list[int] = []
+    recorder._on_commit = sizes.append
+    recorder.calls_in_progress = lambda: 3
+    recorder._last_batch_seconds = DEADLINE  # the wait's bound: a hang guard here
+    _three_in_turn(recorder)
     assert sizes == [3]
+
+
+class _Patient(Recorder):
+    """A recorder whose batches wait up to :data:`DEADLINE` (a hang guard) for the calls they
+    expect, however long the last batch took."""
+
+    _last_batch_seconds = property(lambda _self: DEADLINE, lambda _self, _value: None)
+
+
+def test_a_batch_expects_as_many_calls_as_the_last_batches_held(db):
+    """Under a steady load the callers of a batch come back one by one, not yet in hand when the
+    next batch starts: it waits for as many as the last batches held."""
+    recorder = _Patient.for_database(db)
+    try:
+        sizes: list[int] = []
+        recorder._on_commit = sizes.append
+        in_hand = [3]
+        recorder.calls_in_progress = lambda: in_hand[0]
+        _three_in_turn(recorder)
+        in_hand[0] = 1  # the first caller is back, the other two not yet
+        _three_in_turn(recorder)
+        assert sizes == [3, 3]
+    finally:
+        recorder.close()
+
+
+class _Waits(threading.Condition):
+    """The recorder's condition, telling how often a batch waited for calls to come (a wait
+    with a bound; the thread's idle wait has none)."""
+
+    def __init__(self) -> None:
+        super().__init__(threading.Lock())
+        self.bounded = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            self.bounded += 1
+        return super().wait(timeout)
+
+
+def test_when_the_load_falls_a_lone_call_soon_waits_for_nothing(db, recorder):
+    """After a batch of three, a lone caller's batches wait for the calls the last batches
+    suggest (at most one batch's time each); within RECENT_BATCHES batches they expect one
+    call, and a lone call goes at once."""
+    sizes: list[int] = []
+    recorder._on_commit = sizes.append
+    in_hand = [3]
+    recorder.calls_in_progress = lambda: in_hand[0]
+    recorder._last_batch_seconds = DEADLINE  # for the batch of three; then the real time
+    waits = recorder._queued = _Waits()
+    _three_in_turn(recorder)
+    in_hand[0] = 1
+    waits.bounded = 0
+    assert recorder.run(lambda _b: "alone") == "alone"
+    assert waits.bounded > 0  # it waited for the two that did not come
+    for _ in range(RECENT_BATCHES):
+        recorder.run(lambda _b: "alone")
+    waits.bounded = 0
+    assert recorder.run(lambda _b: "alone") == "alone"
+    assert waits.bounded == 0
+    assert sizes == [3] + [1] * (RECENT_BATCHES + 2)
