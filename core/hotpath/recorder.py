@@ -58,6 +58,9 @@ T = TypeVar("T")
 MAX_BATCH = 256
 #: how many of the last batches say how many calls a batch may expect (see Recorder._gather)
 RECENT_BATCHES = 8
+#: after this long with no call at all, the last batches say nothing of the next one: the load
+#: stopped (under load a worker's calls are away for a few milliseconds between batches)
+FORGET_AFTER_SECONDS = 0.1
 #: how long a batch waits for SQLite's write lock when no setting says otherwise
 LOCK_WAIT_SECONDS = 30.0
 #: SQLite's primary result codes for "another connection holds the lock" (extended codes such
@@ -293,6 +296,7 @@ class Recorder:
         self.calls_in_progress: Callable[[], int] | None = None
         self._last_batch_seconds = 0.0
         self._recent: deque[int] = deque(maxlen=RECENT_BATCHES)  # the last batches' sizes
+        self.forget_after_seconds = FORGET_AFTER_SECONDS
 
     @classmethod
     def for_database(cls, db: Database, on_commit: Callable[[int], None] | None = None) -> Recorder:
@@ -347,10 +351,14 @@ class Recorder:
     def _serve(self) -> None:
         while True:
             with self._queued:
-                while not self._pending:
-                    if self._closing:
-                        return
-                    self._queued.wait()
+                if not self._pending:
+                    idle_since = time.monotonic()
+                    while not self._pending:
+                        if self._closing:
+                            return
+                        self._queued.wait()
+                    if time.monotonic() - idle_since > self.forget_after_seconds:
+                        self._recent.clear()
                 self._gather()
                 jobs = self._pending[:MAX_BATCH]
                 del self._pending[:MAX_BATCH]
@@ -377,9 +385,9 @@ class Recorder:
         when the next batch starts. A call then waits at most one batch's time more, and a
         commit (the fsync, the write lock, the hand-offs, the key and agent reads) is shared by
         all the calls of a round instead of part of them (bench/RESULTS.md, #21). Alone, a call
-        waits for nothing: it is the only one in hand and the batches before it held one each;
-        when the load falls, the expectation falls with it within :data:`RECENT_BATCHES`
-        batches. Called holding ``_queued``."""
+        waits for nothing: it is the only one in hand and the batches before it held one each,
+        or none came for :data:`FORGET_AFTER_SECONDS`; when the load falls, the expectation
+        falls with it within :data:`RECENT_BATCHES` batches. Called holding ``_queued``."""
         if self.calls_in_progress is None:
             return
         recent = max(self._recent, default=0)

@@ -363,6 +363,7 @@ def test_a_batch_expects_as_many_calls_as_the_last_batches_held(db):
         recorder._on_commit = sizes.append
         in_hand = [3]
         recorder.calls_in_progress = lambda: in_hand[0]
+        recorder.forget_after_seconds = DEADLINE  # the test's own pauses are no lull
         _three_in_turn(recorder)
         in_hand[0] = 1  # the first caller is back, the other two not yet
         _three_in_turn(recorder)
@@ -373,15 +374,18 @@ def test_a_batch_expects_as_many_calls_as_the_last_batches_held(db):
 
 class _Waits(threading.Condition):
     """The recorder's condition, telling how often a batch waited for calls to come (a wait
-    with a bound; the thread's idle wait has none)."""
+    with a bound), and when the thread last began to wait for any call (one without)."""
 
     def __init__(self) -> None:
         super().__init__(threading.Lock())
         self.bounded = 0
+        self.idle = threading.Event()
 
     def wait(self, timeout: float | None = None) -> bool:
         if timeout is not None:
             self.bounded += 1
+        else:
+            self.idle.set()
         return super().wait(timeout)
 
 
@@ -394,6 +398,7 @@ def test_when_the_load_falls_a_lone_call_soon_waits_for_nothing(db, recorder):
     in_hand = [3]
     recorder.calls_in_progress = lambda: in_hand[0]
     recorder._last_batch_seconds = DEADLINE  # for the batch of three; then the real time
+    recorder.forget_after_seconds = DEADLINE  # the test's own pauses are no lull
     waits = recorder._queued = _Waits()
     _three_in_turn(recorder)
     in_hand[0] = 1
@@ -406,3 +411,22 @@ def test_when_the_load_falls_a_lone_call_soon_waits_for_nothing(db, recorder):
     assert recorder.run(lambda _b: "alone") == "alone"
     assert waits.bounded == 0
     assert sizes == [3] + [1] * (RECENT_BATCHES + 2)
+
+
+def test_after_a_lull_a_lone_call_waits_for_nothing(db, recorder):
+    """After a batch of three, once no call came for a while (here: any while), the last
+    batches say nothing of the next: a lone call goes at once."""
+    sizes: list[int] = []
+    recorder._on_commit = sizes.append
+    in_hand = [3]
+    recorder.calls_in_progress = lambda: in_hand[0]
+    recorder._last_batch_seconds = DEADLINE
+    recorder.forget_after_seconds = 0
+    waits = recorder._queued = _Waits()
+    _three_in_turn(recorder)
+    in_hand[0] = 1
+    assert waits.idle.wait(DEADLINE)  # the recorder waits for a call: a lull begins
+    waits.bounded = 0
+    assert recorder.run(lambda _b: "alone") == "alone"
+    assert waits.bounded == 0
+    assert sizes == [3, 1]
