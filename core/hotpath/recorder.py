@@ -61,6 +61,10 @@ RECENT_BATCHES = 8
 #: after this long with no call at all, the last batches say nothing of the next one: the load
 #: stopped (under load a worker's calls are away for a few milliseconds between batches)
 FORGET_AFTER_SECONDS = 0.1
+#: the longest a batch waits for the calls it expects, whatever the last batch took (one that
+#: waited for SQLite's write lock may have taken seconds, and the calls expected from the last
+#: batches may not come); under load a batch takes a few milliseconds
+GATHER_MAX_SECONDS = 0.05
 #: how long a batch waits for SQLite's write lock when no setting says otherwise
 LOCK_WAIT_SECONDS = 30.0
 #: SQLite's primary result codes for "another connection holds the lock" (extended codes such
@@ -297,6 +301,7 @@ class Recorder:
         self._last_batch_seconds = 0.0
         self._recent: deque[int] = deque(maxlen=RECENT_BATCHES)  # the last batches' sizes
         self.forget_after_seconds = FORGET_AFTER_SECONDS
+        self.gather_max_seconds = GATHER_MAX_SECONDS
 
     @classmethod
     def for_database(cls, db: Database, on_commit: Callable[[int], None] | None = None) -> Recorder:
@@ -378,7 +383,8 @@ class Recorder:
 
     def _gather(self) -> None:
         """Group commit that grows with the load: when fewer calls are queued than the batch
-        expects, wait for them, for at most as long as the last batch took. It expects the calls
+        expects, wait for them, for at most as long as the last batch took (and never more than
+        :data:`GATHER_MAX_SECONDS`). It expects the calls
         the worker has in hand (among them, right after a batch, its callers being answered), or
         as many as the largest of the last :data:`RECENT_BATCHES` batches, if more: under a
         steady load the callers of the last batches come straight back, though not yet in hand
@@ -391,7 +397,7 @@ class Recorder:
         if self.calls_in_progress is None:
             return
         recent = max(self._recent, default=0)
-        deadline = time.monotonic() + self._last_batch_seconds
+        deadline = time.monotonic() + min(self._last_batch_seconds, self.gather_max_seconds)
         while not self._closing and len(self._pending) < min(
             max(self.calls_in_progress(), recent), MAX_BATCH
         ):

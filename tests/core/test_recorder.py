@@ -342,7 +342,8 @@ def test_a_batch_waits_for_the_calls_in_hand_and_commits_them_together(db, recor
     sizes: list[int] = []
     recorder._on_commit = sizes.append
     recorder.calls_in_progress = lambda: 3
-    recorder._last_batch_seconds = DEADLINE  # the wait's bound: a hang guard here
+    # the wait's bound: a hang guard here
+    recorder._last_batch_seconds = recorder.gather_max_seconds = DEADLINE
     _three_in_turn(recorder)
     assert sizes == [3]
 
@@ -352,6 +353,7 @@ class _Patient(Recorder):
     expect, however long the last batch took."""
 
     _last_batch_seconds = property(lambda _self: DEADLINE, lambda _self, _value: None)
+    gather_max_seconds = property(lambda _self: DEADLINE, lambda _self, _value: None)
 
 
 def test_a_batch_expects_as_many_calls_as_the_last_batches_held(db):
@@ -397,7 +399,8 @@ def test_when_the_load_falls_a_lone_call_soon_waits_for_nothing(db, recorder):
     recorder._on_commit = sizes.append
     in_hand = [3]
     recorder.calls_in_progress = lambda: in_hand[0]
-    recorder._last_batch_seconds = DEADLINE  # for the batch of three; then the real time
+    # for the batch of three; then the real time
+    recorder._last_batch_seconds = recorder.gather_max_seconds = DEADLINE
     recorder.forget_after_seconds = DEADLINE  # the test's own pauses are no lull
     waits = recorder._queued = _Waits()
     _three_in_turn(recorder)
@@ -420,7 +423,7 @@ def test_after_a_lull_a_lone_call_waits_for_nothing(db, recorder):
     recorder._on_commit = sizes.append
     in_hand = [3]
     recorder.calls_in_progress = lambda: in_hand[0]
-    recorder._last_batch_seconds = DEADLINE
+    recorder._last_batch_seconds = recorder.gather_max_seconds = DEADLINE
     recorder.forget_after_seconds = 0
     waits = recorder._queued = _Waits()
     _three_in_turn(recorder)
@@ -430,3 +433,17 @@ def test_after_a_lull_a_lone_call_waits_for_nothing(db, recorder):
     assert recorder.run(lambda _b: "alone") == "alone"
     assert waits.bounded == 0
     assert sizes == [3, 1]
+
+
+def test_a_batch_waits_no_longer_than_its_bound_however_long_the_last_took(db, recorder):
+    """A batch that took long (it waited for SQLite's write lock, say) does not make the next
+    wait as long for calls that may not come: the wait has a bound of its own (here none)."""
+    sizes: list[int] = []
+    recorder._on_commit = sizes.append
+    recorder.calls_in_progress = lambda: 3  # two of them never come
+    recorder._last_batch_seconds = DEADLINE
+    recorder.gather_max_seconds = 0
+    waits = recorder._queued = _Waits()
+    assert recorder.run(lambda _b: "alone") == "alone"
+    assert waits.bounded == 0
+    assert sizes == [1]
