@@ -383,17 +383,17 @@ class Recorder:
 
     def _gather(self) -> None:
         """Group commit that grows with the load: when fewer calls are queued than the batch
-        expects, wait for them, for at most as long as the last batch took (and never more than
-        :data:`GATHER_MAX_SECONDS`). It expects the calls
-        the worker has in hand (among them, right after a batch, its callers being answered), or
-        as many as the largest of the last :data:`RECENT_BATCHES` batches, if more: under a
-        steady load the callers of the last batches come straight back, though not yet in hand
-        when the next batch starts. A call then waits at most one batch's time more, and a
-        commit (the fsync, the write lock, the hand-offs, the key and agent reads) is shared by
-        all the calls of a round instead of part of them (bench/RESULTS.md, #21). Alone, a call
-        waits for nothing: it is the only one in hand and the batches before it held one each,
-        or none came for :data:`FORGET_AFTER_SECONDS`; when the load falls, the expectation
-        falls with it within :data:`RECENT_BATCHES` batches. Called holding ``_queued``."""
+        expects, wait for them, for at most as long as the last batch took and never more than
+        :data:`GATHER_MAX_SECONDS`. It expects the calls the worker has in hand (among them,
+        right after a batch, its callers being answered), or as many as the largest of the last
+        :data:`RECENT_BATCHES` batches, if more: under a steady load the callers of the last
+        batches come straight back, though not yet in hand when the next batch starts. A call
+        then waits at most one batch's time more, and a commit (the fsync, the write lock, the
+        hand-offs, the key and agent reads) is shared by all the calls of a round instead of
+        part of them (bench/RESULTS.md, #21). Alone, a call waits for nothing: it is the only
+        one in hand and the batches before it held one each, or none came for
+        :data:`FORGET_AFTER_SECONDS`; when the load falls, the expectation falls with it within
+        :data:`RECENT_BATCHES` batches. Called holding ``_queued``."""
         if self.calls_in_progress is None:
             return
         recent = max(self._recent, default=0)
