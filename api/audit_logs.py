@@ -5,18 +5,23 @@ do all of it: an auditor must not need a key that can change anything."""
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from flask import Blueprint, Response, stream_with_context
 
 from api.auth import takes_query
 from api.context import now, principal, services
 from api.params import read_paging, read_query, whole_number
 from core.domain.auditchain import VerifierKey
-from core.domain.clock import parse_instant
+from core.domain.auditcounts import DAY, HOUR, MINUTE, floor_to
+from core.domain.clock import isoformat, parse_instant
+from core.domain.cursors import CursorError, open_cursor, seal, secret_of
 from core.domain.errors import ValidationError
 from core.domain.validation import require_session_id, require_uuid
-from core.store import audit, chain
+from core.store import audit, auditcounts, auditpages, chain
 
 bp = Blueprint("audit_logs", __name__, url_prefix="/v1/audit-logs")
 FILTERS = {"agent_id", "session_id", "action", "tool_name", "result", "from", "to"}
@@ -52,14 +57,95 @@ def _instant(query: dict[str, str], name: str) -> Any:
 
 
 @bp.get("")
-@takes_query(*FILTERS, "limit", "offset")
+@takes_query(*FILTERS, "limit", "offset", "cursor")
 def list_() -> dict[str, Any]:
+    """A page, newest first, by cursor or by offset (decisions §9): either way the page after
+    it is ``nextCursor``, and ``total`` counts every match now."""
     query = read_query()
     filters = _filters(query)
     limit, offset = read_paging(query, max_limit=1000)
-    with services().db.transaction() as session:
-        page = audit.query(session, principal().workspace_id, filters, limit, offset)
-        return page.envelope(audit.serialize_entry)
+    workspace_id = principal().workspace_id
+    secret = _cursor_secret()
+    after = None
+    if "cursor" in query:
+        if offset:
+            raise ValidationError.field("cursor", "cannot be combined with an offset other than 0")
+        try:
+            after = open_cursor(query["cursor"], workspace_id, filters.canonical(), secret)
+        except CursorError as exc:
+            raise ValidationError.field("cursor", str(exc)) from None
+    with services().db.transaction(snapshot=True) as session:
+        page = auditpages.list_page(session, workspace_id, filters, limit, offset, after)
+        data = [audit.serialize_entry(entry) for entry in page.items]
+    following = None
+    if page.next is not None:
+        following = seal(page.next, workspace_id, filters.canonical(), secret)
+    return {
+        "data": data,
+        "pagination": {
+            "limit": limit,
+            "offset": offset,
+            "count": len(data),
+            "total": page.total,
+            "nextCursor": following,
+        },
+    }
+
+
+def _cursor_secret() -> bytes:
+    key = services().audit_key()
+    return secret_of(key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()))
+
+
+STATS_FILTERS = {"agent_id", "tool_name", "result", "session_id", "from", "to"}
+BUCKETS = {"minute": MINUTE, "hour": HOUR, "day": DAY}
+STATS_LIMIT = 10_000
+
+
+@bp.get("/stats")
+@takes_query(*STATS_FILTERS, "bucket", "group_by")
+def stats() -> dict[str, Any]:
+    """Counts of entries over time (decisions §9), from the counts kept as entries were
+    committed: ``{data: [{start, key, count}]}``, empty buckets left out."""
+    query = read_query()
+    bucket = query.pop("bucket", "hour")
+    if bucket not in BUCKETS:
+        raise ValidationError.field("bucket", "must be one of: minute, hour, day")
+    group_by = query.pop("group_by", None)
+    if group_by is not None and group_by not in auditcounts.GROUP_COLUMNS:
+        raise ValidationError.field("group_by", "must be one of: result, agent, tool")
+    filters = _filters(query)
+    until = filters.until or now()
+    since = filters.since or until - timedelta(days=1)
+    if since > until:
+        raise ValidationError.field("from", "must not be after to")
+    grain = BUCKETS[bucket]
+    first, last = floor_to(since, grain), floor_to(until, grain)
+    buckets = (last - first) // timedelta(seconds=grain) + 1
+    if buckets > STATS_LIMIT:
+        raise ValidationError.field(
+            "bucket",
+            f"the range holds {buckets} buckets of a {bucket}, more than {STATS_LIMIT}: "
+            "narrow from and to, or take a longer bucket",
+        )
+    ranged = replace(filters, since=since, until=until)
+    start, end = auditcounts.bounds(ranged)
+    with services().db.transaction(snapshot=True) as session:
+        rows = auditcounts.series(
+            session, principal().workspace_id, ranged, start, end, grain, group_by
+        )
+    if len(rows) > STATS_LIMIT:
+        raise ValidationError.field(
+            "group_by",
+            f"the answer would hold {len(rows)} items, more than {STATS_LIMIT}: narrow from "
+            "and to, take a longer bucket, or filter",
+        )
+    return {
+        "data": [
+            {"start": isoformat(auditcounts.instant(b)), "key": key, "count": n}
+            for b, key, n in rows
+        ]
+    }
 
 
 @bp.get("/export")

@@ -263,11 +263,29 @@ def document() -> dict[str, Any]:
         _q("seq_from", {"type": "integer", "minimum": 1, "maximum": 9_999_999_999}),
         _q("seq_to", {"type": "integer", "minimum": 1, "maximum": 9_999_999_999}),
     ]
+    listing = _envelope("audit.entry")
+    listing["properties"]["pagination"] = ref("audit.pagination")
+    cursor = _q("cursor", {"type": "string", "minLength": 1, "maxLength": 512})
     paths["/v1/audit-logs"] = {
         "get": _operation(
-            "query the audit log, newest first",
-            {"200": _json(_envelope("audit.entry"), "one page")},
-            query=filters + _paging(1000),
+            "query the audit log, newest first; follow pagination.nextCursor for the next page",
+            {"200": _json(listing, "one page")},
+            query=[*filters, *_paging(1000), cursor],
+        )
+    }
+    by_name = {parameter["name"]: parameter for parameter in filters}
+    paths["/v1/audit-logs/stats"] = {
+        "get": _operation(
+            "counts of audit entries over time, by bucket and optionally by result, agent or tool"
+            " (extension; any scope)",
+            {"200": _json(ref("audit.stats"), "the counts, in start order")},
+            query=[
+                *(by_name[n] for n in ("agent_id", "tool_name", "result", "session_id")),
+                by_name["from"],
+                by_name["to"],
+                _q("bucket", {"enum": ["minute", "hour", "day"], "default": "hour"}),
+                _q("group_by", {"enum": ["result", "agent", "tool"]}),
+            ],
         )
     }
     csv_headers = {

@@ -45,7 +45,7 @@ from sqlalchemy import Engine, bindparam, insert
 
 from core.domain.errors import StorageError
 from core.hotpath.approvals import ApprovalStatements
-from core.hotpath.chain import AuditRow, Chain, ChainStatements
+from core.hotpath.chain import AuditRow, Chain, ChainStatements, Mark
 from core.hotpath.reads import Reads
 from core.hotpath.sql import Compiled, compile_for
 from core.store import audit
@@ -108,7 +108,9 @@ class Statements:
             row[column] if process is None else process(row[column])
             for column, process in zip(_AUDIT_COLUMNS, self.processors, strict=True)
         )
-        return AuditRow(values, row["workspace_id"], audit.leaf(row, parameters_json))
+        return AuditRow(
+            values, row["workspace_id"], audit.leaf(row, parameters_json), audit.counts_of(row)
+        )
 
 
 class Batch:
@@ -125,7 +127,7 @@ class Batch:
         self._sql = statements
         self._chain = Chain(cursor, statements.chain)
         self._rows: list[AuditRow] | None = [] if deferred else None
-        self._marks: dict[str, dict[str, tuple[int, bytes]]] = {}
+        self._marks: dict[str, Mark] = {}
         self._savepoints = 0
         self.writes = 0
 

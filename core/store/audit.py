@@ -22,8 +22,10 @@ from sqlalchemy.orm import Session
 
 from core.domain import ids
 from core.domain.auditchain import Leaf
+from core.domain.auditcounts import Key, Tally, keys_of
 from core.domain.clock import isoformat
 from core.domain.redaction import redact, scrub
+from core.store import auditcounts
 from core.store.models import AuditEntry
 from core.store.paging import Page, paginate
 
@@ -47,6 +49,16 @@ class Filters:
     #: the entries' places in the chain, inclusive
     seq_from: int | None = None
     seq_to: int | None = None
+
+    def canonical(self) -> str:
+        """The filters as one text, the same for the same filters however they were written
+        (what a cursor is bound to)."""
+        values = {
+            name: isoformat(value) if isinstance(value, datetime) else value
+            for name, value in sorted(vars(self).items())
+            if value is not None
+        }
+        return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
     @property
     def by_content(self) -> bool:
@@ -132,6 +144,18 @@ def leaf(row: dict[str, Any], parameters_json: bytes | None = None) -> Leaf:
     return Leaf.of(render_row(row.__getitem__), parameters_json)
 
 
+def counts_of(row: dict[str, Any]) -> list[Key]:
+    """The rollup rows a row made by :func:`entry` counts in (decisions §9)."""
+    return keys_of(
+        agent_id=row["agent_id"],
+        tool_name=row["tool_name"],
+        session_id=row["session_id"],
+        result=row["result"],
+        action=row["action"],
+        timestamp=row["timestamp"],
+    )
+
+
 #: what erasing an entry writes over its content (the database's guard checks these values)
 ERASED: dict[str, Any] = {
     "agent_id": "",
@@ -153,18 +177,28 @@ ERASED: dict[str, Any] = {
 
 def erase(session: Session, workspace_id: str, agent_id: str) -> int:
     """Erase the content of the workspace's agent's entries, keeping each one's seq, entry hash
-    and hash; call it before deleting the agent, in the same transaction. How many were
-    erased."""
-    erased: Any = session.execute(
-        update(AuditEntry)
-        .where(
-            AuditEntry.workspace_id == workspace_id,
-            AuditEntry.agent_ref == agent_id,
-            AuditEntry.erased.is_(False),
-        )
-        .values(ERASED)
-        .execution_options(synchronize_session=False)
+    and hash, and take them out of the counts; call it before deleting the agent, in the same
+    transaction. How many were erased."""
+    mine = (
+        AuditEntry.workspace_id == workspace_id,
+        AuditEntry.agent_ref == agent_id,
+        AuditEntry.erased.is_(False),
     )
+    tally = Tally()
+    described = select(
+        AuditEntry.agent_id,
+        AuditEntry.tool_name,
+        AuditEntry.session_id,
+        AuditEntry.result,
+        AuditEntry.action,
+        AuditEntry.timestamp,
+    ).where(*mine)
+    for row in session.execute(described.execution_options(yield_per=2000)):
+        tally.add(counts_of(row._asdict()))
+    erased: Any = session.execute(
+        update(AuditEntry).where(*mine).values(ERASED).execution_options(synchronize_session=False)
+    )
+    auditcounts.add(session, ((workspace_id, key, -n) for key, n in tally.items()))
     return int(erased.rowcount or 0)
 
 

@@ -120,6 +120,9 @@ class AuditEntry(Base):
         Index("ix_audit_workspace_agent_time", "workspace_id", "agent_id", "timestamp", "id"),
         Index("ux_audit_workspace_seq", "workspace_id", "seq", unique=True),
         Index("ix_audit_workspace_session_time", "workspace_id", "session_id", "timestamp", "id"),
+        Index("ix_audit_workspace_tool_time", "workspace_id", "tool_name", "timestamp", "id"),
+        Index("ix_audit_workspace_result_time", "workspace_id", "result", "timestamp", "id"),
+        Index("ix_audit_workspace_action_time", "workspace_id", "action", "timestamp", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -159,6 +162,30 @@ class AuditHead(Base):
     workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger)
     hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditCount(Base):
+    """How many entries of one minute or hour share a key (``core.domain.auditcounts``): what
+    totals, stats and deep offsets read instead of the entries. Written by the batch that
+    commits the entries, and by erasure and pruning, which take theirs back."""
+
+    __tablename__ = "audit_counts"
+    __table_args__ = (Index("ix_audit_counts_bucket", "workspace_id", "grain", "kind", "bucket"),)
+
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"), primary_key=True)
+    #: the bucket's length in seconds: 60 or 3600
+    grain: Mapped[int] = mapped_column(Integer, primary_key=True)
+    #: which of agent, tool and session the row keys: "*", "a", "t", "b" (agent and tool), "s"
+    kind: Mapped[str] = mapped_column(String(1), primary_key=True)
+    #: "" where the kind does not key it
+    agent_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tool_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    #: the bucket's start, in seconds since the epoch (UTC)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    result: Mapped[str] = mapped_column(String(16), primary_key=True)
+    action: Mapped[str] = mapped_column(String(32), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
 
 
 class Approval(Base):

@@ -282,8 +282,12 @@ def test_paging_is_stable_and_matches_one_page(client, admin_headers, tied_histo
 def test_envelope(client, admin_headers, history):
     body = logs(client, admin_headers, limit=2, offset=1)
     assert set(body) == {"data", "pagination"}
+    following = body["pagination"].pop("nextCursor")
     assert body["pagination"] == {"limit": 2, "offset": 1, "count": 2, "total": 5}
     assert labelled(history, body) == ["a-write", "b-read"]
+    # the page after it, by its cursor, is the one at offset 3
+    after = logs(client, admin_headers, limit=2, cursor=following)
+    assert ids_of(after) == ids_of(logs(client, admin_headers, limit=2, offset=3))
 
 
 def test_envelope_defaults_and_offset_past_end(client, admin_headers, history):
@@ -292,15 +296,25 @@ def test_envelope_defaults_and_offset_past_end(client, admin_headers, history):
         "offset": 0,
         "count": 5,
         "total": 5,
+        "nextCursor": None,
     }
     past = logs(client, admin_headers, offset=5)
     assert past["data"] == []
-    assert past["pagination"] == {"limit": 100, "offset": 5, "count": 0, "total": 5}
+    assert past["pagination"] == {
+        "limit": 100,
+        "offset": 5,
+        "count": 0,
+        "total": 5,
+        "nextCursor": None,
+    }
 
 
 def test_empty_log(client, admin_headers):
     body = logs(client, admin_headers)
-    assert body == {"data": [], "pagination": {"limit": 100, "offset": 0, "count": 0, "total": 0}}
+    assert body == {
+        "data": [],
+        "pagination": {"limit": 100, "offset": 0, "count": 0, "total": 0, "nextCursor": None},
+    }
 
 
 # ---------------------------------------------------------------------------------------------
