@@ -21,7 +21,7 @@ from core.domain.clock import isoformat, parse_instant
 from core.domain.cursors import CursorError, open_cursor, seal, secret_of
 from core.domain.errors import ValidationError
 from core.domain.validation import require_session_id, require_uuid
-from core.store import audit, auditcounts, auditpages, chain
+from core.store import audit, auditpages, auditstats, chain
 
 bp = Blueprint("audit_logs", __name__, url_prefix="/v1/audit-logs")
 FILTERS = {"agent_id", "session_id", "action", "tool_name", "result", "from", "to"}
@@ -112,7 +112,7 @@ def stats() -> dict[str, Any]:
     if bucket not in BUCKETS:
         raise ValidationError.field("bucket", "must be one of: minute, hour, day")
     group_by = query.pop("group_by", None)
-    if group_by is not None and group_by not in auditcounts.GROUP_COLUMNS:
+    if group_by is not None and group_by not in auditstats.GROUP_COLUMNS:
         raise ValidationError.field("group_by", "must be one of: result, agent, tool")
     filters = _filters(query)
     until = filters.until or now()
@@ -129,9 +129,9 @@ def stats() -> dict[str, Any]:
             "narrow from and to, or take a longer bucket",
         )
     ranged = replace(filters, since=since, until=until)
-    start, end = auditcounts.bounds(ranged)
+    start, end = auditstats.bounds(ranged)
     with services().db.transaction(snapshot=True) as session:
-        rows = auditcounts.series(
+        rows = auditstats.series(
             session, principal().workspace_id, ranged, start, end, grain, group_by
         )
     if len(rows) > STATS_LIMIT:
@@ -142,7 +142,7 @@ def stats() -> dict[str, Any]:
         )
     return {
         "data": [
-            {"start": isoformat(auditcounts.instant(b)), "key": key, "count": n}
+            {"start": isoformat(auditstats.instant(b)), "key": key, "count": n}
             for b, key, n in rows
         ]
     }

@@ -6,7 +6,9 @@
   it with theirs.
 - :class:`Worker` runs passes on a thread of its own, every half second, until stopped; a
   stop lets the tries under way finish and be recorded. It also runs :func:`sweep` once a
-  minute: per-session counters whose window is over are removed (decisions §8).
+  minute: per-session counters whose window is over are removed (decisions §8); and
+  :func:`fold_tallies` every second: the audit counts' tallies that decisions wrote move into
+  the rollup rows (decisions §9), so that readers have few tallies to add.
 - :class:`DeliveryProcess` is how ``agentauth serve`` runs it: one child process per server
   (``python -m api.outbox``), started once the metrics folder exists and stopped by its PID
   when the server stops (SIGTERM, then SIGKILL). Not a thread of the server's master, which
@@ -26,8 +28,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -38,6 +41,7 @@ from core.config import Settings
 from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
 from core.domain.webhooks import DeliveryStatus
+from core.store.auditcounts import FOLD_LIMIT, fold
 from core.store.database import Database
 from core.store.limits import sweep_sessions
 from core.store.webhooks import DueDelivery, TryResult, find_due, lease, record_try
@@ -51,6 +55,8 @@ BATCH = 32
 PARALLEL = 8
 #: how often the worker removes per-session counters whose window is over
 SWEEP_SECONDS = 60.0
+#: how often it folds the audit counts' tallies
+FOLD_SECONDS = 1.0
 #: the metric's label for each recorded outcome
 RESULTS = {
     DeliveryStatus.DELIVERED: "delivered",
@@ -66,6 +72,18 @@ def sweep(db: Database, clock: Clock) -> int:
     without bound); how many went. Counters of a window still running stay."""
     with db.transaction(write=True) as session:
         return sweep_sessions(session, int(clock().timestamp()))
+
+
+def fold_tallies(db: Database) -> int:
+    """Fold every audit tally into the rollup rows, a bite of FOLD_LIMIT a transaction (a
+    short hold of SQLite's write lock each, which decisions wait for); how many."""
+    folded = 0
+    while True:
+        with db.transaction(write=True) as session:
+            taken = fold(session)
+        folded += taken
+        if taken < FOLD_LIMIT:
+            return folded
 
 
 def deliver_due(
@@ -123,7 +141,8 @@ def _line(message: str, due: DueDelivery, **extra: Any) -> str:
 
 class Worker:
     """Delivery passes on a thread of their own until :meth:`stop`; a sweep of expired
-    per-session counters every :data:`SWEEP_SECONDS` too."""
+    per-session counters every :data:`SWEEP_SECONDS` and a fold of the audit counts' tallies
+    every :data:`FOLD_SECONDS` too."""
 
     def __init__(
         self,
@@ -132,8 +151,11 @@ class Worker:
         *,
         allow_private: bool,
         poll_seconds: float = POLL_SECONDS,
+        counts_db: Database | None = None,
     ) -> None:
+        """``counts_db``: the database the fold writes through (``db`` by default)."""
         self._db, self._clock, self._allow_private = db, clock, allow_private
+        self._counts_db = counts_db or db
         self._poll = poll_seconds
         self._stopping = threading.Event()
         self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="webhook-try")
@@ -149,16 +171,22 @@ class Worker:
         self._pool.shutdown(wait=True)
 
     def _run(self) -> None:
-        swept = 0.0  # monotonic time of the last sweep of session counters
+        chores: list[tuple[float, str, Callable[[], object]]] = [
+            (SWEEP_SECONDS, "counter sweep", partial(sweep, self._db, self._clock)),
+            (FOLD_SECONDS, "audit count fold", partial(fold_tallies, self._counts_db)),
+        ]
+        last = [0.0] * len(chores)  # monotonic time each chore last ran
         while not self._stopping.is_set():
-            if time.monotonic() - swept >= SWEEP_SECONDS:
-                swept = time.monotonic()
+            for index, (every, name, chore) in enumerate(chores):
+                if time.monotonic() - last[index] < every:
+                    continue
+                last[index] = time.monotonic()
                 try:
-                    sweep(self._db, self._clock)
-                except AgentAuthError as exc:  # the database is away: at the next sweep
-                    log.warning(json.dumps({"message": f"counter sweep failed: {exc.message}"}))
+                    chore()
+                except AgentAuthError as exc:  # the database is away: at the next time
+                    log.warning(json.dumps({"message": f"{name} failed: {exc.message}"}))
                 except Exception:
-                    log.exception("counter sweep failed")
+                    log.exception("%s failed", name)
             taken = 0
             try:
                 taken = len(
@@ -224,12 +252,19 @@ def main() -> None:
     except AgentAuthError as exc:
         log.error(json.dumps({"message": f"webhook deliveries cannot start: {exc.message}"}))
         sys.exit(1)
-    worker = Worker(db, utc_now, allow_private=settings.webhook_allow_private)
+    # a fold needs no fsync of its own on SQLite: one lost to a power cut leaves its tallies
+    # unfolded, an earlier state as exact as the later one, and the next decision's commit
+    # syncs the log past it anyway; so the write lock it holds is not held through an fsync
+    counts_db = db
+    if db.is_sqlite and settings.sqlite_synchronous == "FULL":
+        counts_db = Database(replace(settings, sqlite_synchronous="NORMAL"))
+    worker = Worker(db, utc_now, allow_private=settings.webhook_allow_private, counts_db=counts_db)
     worker.start()
     while not stopping.wait(1.0) and os.getppid() == parent:
         pass
     worker.stop()
     db.dispose()
+    counts_db.dispose()
 
 
 if __name__ == "__main__":

@@ -7,14 +7,18 @@ Each entry is counted, per minute and per hour of its ``timestamp``, under five 
 itself (kind ``*``), by its agent (``a``), by its tool (``t``), by its agent and tool (``b``)
 and by its session (``s``, when it has one); every key also holds the entry's ``result`` and
 ``action``. A filter on any of agent, tool, agent and tool, or session, with any result and
-action, is then a sum over the rows of one kind. Pure: the store
-(``core.store.auditcounts``) reads and writes the rows; the recorder
-(``core.hotpath.chain``) adds a batch's tallies in the transaction that commits it.
+action, is then a sum over the rows of one kind.
+
+The batch that commits entries writes, in its transaction, one tally per workspace: how many
+of its entries share each :data:`Signature` (a few tuples, one insert: the hot path's whole
+share of the counting). Folding a tally into the rollup rows, each signature into its ten
+keys, happens later and off the hot path; until then readers add the tallies not yet folded,
+so a count is exact at every moment. Pure: ``core.store.auditcounts`` reads, writes and folds
+the rows.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -46,7 +50,12 @@ def epoch_seconds(moment: datetime) -> int:
     return (moment - EPOCH) // timedelta(seconds=1)
 
 
-def keys_of(
+#: what a committed entry says of itself for counting: (agent_id, tool_name, session_id or
+#: None, result, action, the start of its minute in seconds since the epoch)
+Signature = tuple[str, str, str | None, str, str, int]
+
+
+def signature_of(
     *,
     agent_id: str,
     tool_name: str,
@@ -54,12 +63,17 @@ def keys_of(
     result: str,
     action: str,
     timestamp: datetime,
-) -> list[Key]:
-    """The rollup rows one entry counts in."""
-    second = epoch_seconds(timestamp)
+) -> Signature:
+    second = int(timestamp.timestamp())  # whole seconds: microseconds never round it up here
+    return (agent_id, tool_name, session_id, result, action, second - second % MINUTE)
+
+
+def keys_of(signature: Signature) -> list[Key]:
+    """The rollup rows an entry of ``signature`` counts in."""
+    agent_id, tool_name, session_id, result, action, minute = signature
     found: list[Key] = []
     for grain in GRAINS:
-        bucket = second - second % grain
+        bucket = minute - minute % grain
         found += [
             (grain, ALL, "", "", "", bucket, result, action),
             (grain, AGENT, agent_id, "", "", bucket, result, action),
@@ -69,28 +83,6 @@ def keys_of(
         if session_id is not None:
             found.append((grain, SESSION, "", "", session_id, bucket, result, action))
     return found
-
-
-class Tally:
-    """What a batch adds to the rollups, by key; :meth:`mark` and :meth:`back_to` follow the
-    batch's savepoints."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[Key] = Counter()
-
-    def add(self, keys: list[Key], amount: int = 1) -> None:
-        for key in keys:
-            self.counts[key] += amount
-
-    def mark(self) -> Counter[Key]:
-        return Counter(self.counts)
-
-    def back_to(self, mark: Counter[Key]) -> None:
-        self.counts = Counter(mark)
-
-    def items(self) -> list[tuple[Key, int]]:
-        """The non-zero changes, in key order (so two batches lock rows in one order)."""
-        return sorted((key, amount) for key, amount in self.counts.items() if amount)
 
 
 @dataclass(frozen=True)
@@ -117,7 +109,8 @@ def ceil_to(moment: datetime, grain: int) -> datetime:
 def pieces(start: datetime | None, end: datetime | None, grains: tuple[int, ...]) -> list[Piece]:
     """``[start, end)`` as whole buckets of the coarsest of ``grains`` that fit, the rest at
     its edges in finer grains, and what is left of a minute as raw entries; the pieces in time
-    order, none empty."""
+    order, none empty, none straddling a boundary of any of ``grains`` (so each piece lies in
+    one bucket of every grain coarser than its own)."""
     if start is not None and end is not None and start >= end:
         return []
     if not grains:
@@ -126,6 +119,9 @@ def pieces(start: datetime | None, end: datetime | None, grains: tuple[int, ...]
     low = None if start is None else ceil_to(start, grain)
     high = None if end is None else floor_to(end, grain)
     if low is not None and high is not None and low >= high:
+        if low == high and start is not None and end is not None and start < low < end:
+            # no whole bucket, but a boundary inside: no piece may straddle it
+            return pieces(start, low, finer) + pieces(low, end, finer)
         return pieces(start, end, finer)
     found: list[Piece] = []
     if start is not None and low is not None and start < low:

@@ -59,6 +59,7 @@ def open_cursor(text: str, workspace_id: str, filters: str, secret: bytes) -> Po
     body, tag = text.split(".")
     try:
         given = _unb64(tag)
+        _unb64(body)
     except (binascii.Error, ValueError):
         raise CursorError("is not a cursor this API gave") from None
     if not hmac.compare_digest(given, _tag(body, workspace_id, filters, secret)):
@@ -84,9 +85,14 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """Base64url without padding, in its one canonical spelling: a last character that
+    differs only in bits the bytes do not use is another cursor, refused."""
     if not text or any(c not in _ALPHABET for c in text):
         raise ValueError("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not canonical base64url")
+    return data
 
 
 _ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")

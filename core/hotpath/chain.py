@@ -3,11 +3,11 @@
 A batch reads the head of every workspace it writes to (locking its row on PostgreSQL, so a
 batch of another process waits for this one to commit and then extends the chain from where
 this one left it), gives each audit row the next ``seq``, its ``entry_hash`` and ``hash``, and
-writes the new heads before the COMMIT that makes the rows durable, with the counts the rows
-add (``core.domain.auditcounts``: totals and stats read those, never the rows). On SQLite the
-write lock that ``BEGIN IMMEDIATE`` took does the same. The entries' canonical JSON was made
-before the batch (:class:`core.domain.auditchain.Leaf`): under the lock each entry costs two
-SHA-256.
+writes the new heads before the COMMIT that makes the rows durable, with one tally a workspace
+of what the rows add to the counts (``core.domain.auditcounts``: totals and stats read those,
+never the rows). On SQLite the write lock that ``BEGIN IMMEDIATE`` took does the same. The
+entries' canonical JSON was made before the batch (:class:`core.domain.auditchain.Leaf`):
+under the lock each entry costs two SHA-256.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sqlalchemy import BindParameter, Table, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from core.domain.auditchain import ZERO_HASH, Leaf, chain_hash
-from core.domain.auditcounts import Key, Tally
+from core.domain.auditcounts import Signature
 from core.hotpath.sql import compile_for
 from core.store import auditcounts
 from core.store.models import AuditHead
@@ -32,12 +32,12 @@ _HEADS: Table = AuditHead.__table__  # type: ignore[assignment]
 @dataclass(frozen=True)
 class AuditRow:
     """An audit row as the driver takes it, without its three chain columns, its leaf, and
-    the rollup rows it counts in."""
+    what it says of itself for counting."""
 
     values: tuple[Any, ...]
     workspace_id: str
     leaf: Leaf
-    counts: list[Key]
+    signature: Signature
 
 
 class ChainStatements:
@@ -62,10 +62,10 @@ class ChainStatements:
             .values(seq=bindparam("seq"), hash=bindparam("hash")),
             dialect,
         )
-        self.count = compile_for(auditcounts.upsert_statement(dialect.name), dialect)
+        self.tally = compile_for(auditcounts.TALLY, dialect)
 
 
-Mark = tuple[dict[str, tuple[int, bytes]], dict[str, Counter[Key]]]
+Mark = tuple[dict[str, tuple[int, bytes]], dict[str, Counter[Signature]]]
 
 
 class Chain:
@@ -75,7 +75,7 @@ class Chain:
         self._cursor = cursor
         self._sql = statements
         self._heads: dict[str, tuple[int, bytes]] = {}
-        self._tallies: dict[str, Tally] = {}
+        self._tallies: dict[str, Counter[Signature]] = {}
 
     def extend(self, row: AuditRow) -> tuple[Any, ...]:
         """``row``'s values with its seq, entry hash and hash, the head moved past it."""
@@ -86,8 +86,8 @@ class Chain:
         self._heads[row.workspace_id] = (seq, head)
         tally = self._tallies.get(row.workspace_id)
         if tally is None:
-            tally = self._tallies[row.workspace_id] = Tally()
-        tally.add(row.counts)
+            tally = self._tallies[row.workspace_id] = Counter()
+        tally[row.signature] += 1
         return (*row.values, seq, own.hex(), head.hex())
 
     def extend_all(self, rows: Sequence[AuditRow]) -> list[tuple[Any, ...]]:
@@ -103,31 +103,24 @@ class Chain:
     def mark(self) -> Mark:
         """Where the heads and counts are, for :meth:`back_to` after a savepoint is rolled
         back."""
-        return dict(self._heads), {w: t.mark() for w, t in self._tallies.items()}
+        return dict(self._heads), {w: Counter(t) for w, t in self._tallies.items()}
 
     def back_to(self, mark: Mark) -> None:
         """Forget what moved since ``mark`` (the heads are written only at the end, so a head
         first read since then is read again when next needed)."""
         heads, tallies = mark
         self._heads = dict(heads)
-        self._tallies = {}
-        for workspace_id, counts in tallies.items():
-            self._tallies[workspace_id] = Tally()
-            self._tallies[workspace_id].back_to(counts)
+        self._tallies = {w: Counter(t) for w, t in tallies.items()}
 
     def write(self) -> None:
-        """The heads moved and the counts added, in one order whichever the batch (so two
-        batches of two processes never wait for each other's rows in a circle)."""
+        """The heads moved, in one order whichever the batch (so two batches of two processes
+        never wait for each other's rows in a circle), and each workspace's tally."""
         for workspace_id, (seq, head) in sorted(self._heads.items()):
             values = {"workspace_id": workspace_id, "seq": seq, "hash": head.hex()}
             self._cursor.execute(self._sql.write.sql, self._sql.write.bind(values))
-        counts = [
-            self._sql.count.bind(auditcounts.upsert_values(workspace_id, key, amount))
-            for workspace_id, tally in sorted(self._tallies.items())
-            for key, amount in tally.items()
-        ]
-        if counts:
-            self._cursor.executemany(self._sql.count.sql, counts)
+        for workspace_id, tally in sorted(self._tallies.items()):
+            values = {"workspace_id": workspace_id, "counts": auditcounts.tally_text(tally)}
+            self._cursor.execute(self._sql.tally.sql, self._sql.tally.bind(values))
         self._tallies.clear()
 
     def _read(self, workspace_id: str) -> tuple[int, bytes]:

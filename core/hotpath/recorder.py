@@ -109,7 +109,7 @@ class Statements:
             for column, process in zip(_AUDIT_COLUMNS, self.processors, strict=True)
         )
         return AuditRow(
-            values, row["workspace_id"], audit.leaf(row, parameters_json), audit.counts_of(row)
+            values, row["workspace_id"], audit.leaf(row, parameters_json), audit.signature(row)
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from core.domain import ids
 from core.domain.auditchain import Leaf
-from core.domain.auditcounts import Key, Tally, keys_of
+from core.domain.auditcounts import Signature, signature_of
 from core.domain.clock import isoformat
 from core.domain.redaction import redact, scrub
 from core.store import auditcounts
@@ -144,9 +145,9 @@ def leaf(row: dict[str, Any], parameters_json: bytes | None = None) -> Leaf:
     return Leaf.of(render_row(row.__getitem__), parameters_json)
 
 
-def counts_of(row: dict[str, Any]) -> list[Key]:
-    """The rollup rows a row made by :func:`entry` counts in (decisions §9)."""
-    return keys_of(
+def signature(row: dict[str, Any]) -> Signature:
+    """What a row made by :func:`entry` says of itself for counting (decisions §9)."""
+    return signature_of(
         agent_id=row["agent_id"],
         tool_name=row["tool_name"],
         session_id=row["session_id"],
@@ -184,7 +185,7 @@ def erase(session: Session, workspace_id: str, agent_id: str) -> int:
         AuditEntry.agent_ref == agent_id,
         AuditEntry.erased.is_(False),
     )
-    tally = Tally()
+    tally: Counter[Signature] = Counter()
     described = select(
         AuditEntry.agent_id,
         AuditEntry.tool_name,
@@ -194,11 +195,11 @@ def erase(session: Session, workspace_id: str, agent_id: str) -> int:
         AuditEntry.timestamp,
     ).where(*mine)
     for row in session.execute(described.execution_options(yield_per=2000)):
-        tally.add(counts_of(row._asdict()))
+        tally[signature(row._asdict())] += 1
     erased: Any = session.execute(
         update(AuditEntry).where(*mine).values(ERASED).execution_options(synchronize_session=False)
     )
-    auditcounts.add(session, ((workspace_id, key, -n) for key, n in tally.items()))
+    auditcounts.add(session, workspace_id, {s: -n for s, n in tally.items()})
     return int(erased.rowcount or 0)
 
 

@@ -1,57 +1,45 @@
-"""The audit log's counts (decisions §9): kept in ``audit_counts`` as entries are committed
-(``core.hotpath.chain`` adds each batch's, in its transaction), taken back by erasure, and read
-for the list's totals, ``GET /v1/audit-logs/stats`` and deep offsets. A count reads the rollup
-rows of one kind over whole hours and minutes, and the entries themselves only in the partial
-minutes at a range's edges (``core.domain.auditcounts.pieces``): its work grows with the
-range's length in hours, never with the log's size.
-
-Two filters are counted from the entries instead, through their own index: a seq range
-(``seq_from``/``seq_to``: the chain's positions, which no rollup keys), and a session together
-with an agent or a tool (a session is one conversation: its entries are few). Called by
-``core.store.audit`` (totals, offsets), ``api/audit_logs.py`` (stats) and
-``core.hotpath.chain``.
+"""The audit log's counts (decisions §9), kept: each batch of decisions writes one tally a
+workspace in its transaction (``core.hotpath.chain``, with :data:`TALLY`), :func:`fold` moves
+tallies into the rollup rows of ``audit_counts`` off the hot path (``agentauth serve``'s
+maintenance process, every second), and erasure takes its entries back (:func:`add`). Read by
+``core.store.auditstats``, which adds the tallies not yet folded.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import Insert, bindparam, func, select
+import orjson
+from sqlalchemy import Insert, bindparam, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from core.domain.auditcounts import (
-    AGENT,
-    AGENT_TOOL,
-    EPOCH,
-    GRAINS,
-    KIND_OF_DIMENSIONS,
-    SESSION,
-    TOOL,
-    Key,
-    Piece,
-    bucket_start,
-    epoch_seconds,
-    inclusive_end,
-    pieces,
+from core.domain.auditcounts import Key, Signature, keys_of
+from core.store.models import AuditCount, AuditTally
+
+_KEY_COLUMNS: tuple[str, ...] = ("grain", "kind", "agent_id", "tool_name", "session_id")
+_KEY_COLUMNS += ("bucket", "result", "action")
+#: how many tallies one fold takes: a transaction of a few milliseconds, which on SQLite
+#: holds the write lock that decisions wait for (a tally is a batch's: a few signatures)
+FOLD_LIMIT = 50
+#: the recorder's statement: one batch's tally of one workspace
+TALLY = insert(AuditTally).values(
+    workspace_id=bindparam("workspace_id"), counts=bindparam("counts")
 )
-from core.store.models import AuditCount, AuditEntry
 
-if TYPE_CHECKING:
-    from core.store.audit import Filters
 
-#: the dimension a stats item may be grouped by, and the entry column that names it
-GROUP_COLUMNS = {"result": "result", "agent": "agent_id", "tool": "tool_name"}
-_KEY_COLUMNS = ("grain", "kind", "agent_id", "tool_name", "session_id", "bucket", "result")
-_KEY_COLUMNS += ("action",)
-#: instants this close to datetime's limits are the log's beginning or end (no entry is there)
-_FIRST = datetime(1, 1, 2, tzinfo=UTC)
-_LAST = datetime(9999, 12, 30, tzinfo=UTC)
+def tally_text(tally: Mapping[Signature, int]) -> str:
+    """A tally as the ``counts`` column holds it."""
+    return orjson.dumps([[*signature, n] for signature, n in tally.items() if n]).decode()
+
+
+def signatures(text: str) -> Iterable[tuple[Signature, int]]:
+    """The ``counts`` column's signatures and how many entries of each."""
+    for agent_id, tool_name, session_id, result, action, minute, n in orjson.loads(text):
+        yield (agent_id, tool_name, session_id, result, action, minute), n
 
 
 @cache
@@ -79,188 +67,48 @@ def upsert_values(workspace_id: str, key: Key, count: int) -> dict[str, Any]:
     }
 
 
-def add(session: Session, changes: Iterable[tuple[str, Key, int]]) -> None:
-    """Counts changed outside the recorder (erasure takes entries back), in ``session``'s
-    transaction."""
-    values = [upsert_values(w, key, n) for w, key, n in changes if n]
-    if values:
-        dialect = session.get_bind().dialect.name
-        session.execute(upsert_statement(dialect), values)
+def add(session: Session, workspace_id: str, tally: Mapping[Signature, int]) -> None:
+    """``tally`` added to the workspace's rollup rows now, in ``session``'s transaction (a
+    negative count takes entries back: erasure)."""
+    _upsert(session, {(workspace_id, key): n for key, n in _expand(tally).items()})
 
 
-# ------------------------------------------------------------------------------ reading
-
-
-def kind_of(filters: Filters, group_by: str | None = None) -> str | None:
-    """The kind of rollup row that counts ``filters`` (grouped by ``group_by``), or None when
-    they are counted from the entries."""
-    if filters.seq_from is not None or filters.seq_to is not None:
-        return None
-    dimensions = {
-        name
-        for name, value in (
-            ("agent", filters.agent_id),
-            ("tool", filters.tool_name),
-            ("session", filters.session_id),
-        )
-        if value is not None
-    }
-    if group_by in ("agent", "tool"):
-        dimensions.add(group_by)
-    return KIND_OF_DIMENSIONS.get(frozenset(dimensions))
-
-
-def bounds(filters: Filters) -> tuple[datetime | None, datetime | None]:
-    """``filters``' time range as ``[start, end)``, None for the log's beginning or end (an
-    instant near datetime's limits is held a day inside them: no entry is there)."""
-    since, until = filters.since, filters.until
-    start = None if since is None or since <= _FIRST else min(since, _LAST)
-    end = None if until is None or until >= _LAST else max(inclusive_end(until) or _FIRST, _FIRST)
-    return start, end
-
-
-def count(session: Session, workspace_id: str, filters: Filters) -> int:
-    """How many entries match ``filters`` (erased ones never do), exactly."""
-    start, end = bounds(filters)
-    if start is not None and end is not None and start >= end:
+def fold(session: Session) -> int:
+    """Fold the oldest tallies (at most :data:`FOLD_LIMIT`) into the rollup rows and remove
+    them, in ``session``'s transaction (a write one: on SQLite it holds the write lock, on
+    PostgreSQL the tallies taken are locked, and a fold running meanwhile skips them); how
+    many were folded. Readers see a tally or what it added to the rollups, never both."""
+    query = select(AuditTally.id, AuditTally.workspace_id, AuditTally.counts)
+    query = query.order_by(AuditTally.id).limit(FOLD_LIMIT)
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    rows = session.execute(query).all()
+    if not rows:
         return 0
-    return sum(n for _, _, n in series(session, workspace_id, filters, start, end, None, None))
+    by_workspace: dict[str, Counter[Signature]] = {}
+    for _, workspace_id, text in rows:
+        tally = by_workspace.setdefault(workspace_id, Counter())
+        for found, n in signatures(text):
+            tally[found] += n
+    changes: dict[tuple[str, Key], int] = {}
+    for workspace_id, tally in by_workspace.items():
+        changes.update({(workspace_id, key): n for key, n in _expand(tally).items()})
+    _upsert(session, changes)
+    session.execute(delete(AuditTally).where(AuditTally.id.in_([row[0] for row in rows])))
+    return len(rows)
 
 
-def series(
-    session: Session,
-    workspace_id: str,
-    filters: Filters,
-    start: datetime | None,
-    end: datetime | None,
-    grain: int | None,
-    group_by: str | None,
-) -> list[tuple[int, str | None, int]]:
-    """``(bucket, key, count)`` of the entries matching ``filters`` in ``[start, end)`` (the
-    filters' own time range is not read: the caller passes it), by buckets of ``grain``
-    seconds (aligned in UTC; a grain of a day reads hours), None for one bucket holding all
-    (bucket 0); ``key`` the group's (None without ``group_by``). Empty buckets are left out;
-    in bucket, then key order."""
-    kind = kind_of(filters, group_by)
-    found: Counter[tuple[int, str | None]] = Counter()
-    if kind is None:
-        whole = Piece(None, start, end)
-        if grain is None:
-            for key, n in _entries(session, workspace_id, filters, whole, group_by):
-                found[0, key] += n
-        else:
-            for bucket, key, n in _entry_buckets(
-                session, workspace_id, filters, whole, grain, group_by
-            ):
-                found[bucket, key] += n
-    else:
-        finest = GRAINS if grain is None else tuple(g for g in GRAINS if g <= grain)
-        for part in pieces(start, end, finest):
-            if part.grain is None:  # less than a minute, at an edge: both bounds are set
-                assert part.start is not None
-                bucket = 0 if grain is None else bucket_start(epoch_seconds(part.start), grain)
-                for key, n in _entries(session, workspace_id, filters, part, group_by):
-                    found[bucket, key] += n
-                continue
-            for bucket, key, n in _rollups(session, workspace_id, filters, kind, part, group_by):
-                found[0 if grain is None else bucket_start(bucket, grain), key] += n
-    return [(bucket, key, n) for (bucket, key), n in sorted(found.items(), key=_order) if n]
+def _expand(tally: Mapping[Signature, int]) -> Counter[Key]:
+    keyed: Counter[Key] = Counter()
+    for found, n in tally.items():
+        for key in keys_of(found):
+            keyed[key] += n
+    return keyed
 
 
-def _order(item: tuple[tuple[int, str | None], int]) -> tuple[int, str]:
-    (bucket, key), _ = item
-    return bucket, key or ""
-
-
-def _rollups(
-    session: Session,
-    workspace_id: str,
-    filters: Filters,
-    kind: str,
-    part: Piece,
-    group_by: str | None,
-) -> Sequence[Any]:
-    table = AuditCount
-    where = [
-        table.workspace_id == workspace_id,
-        table.grain == part.grain,
-        table.kind == kind,
-    ]
-    if kind in (AGENT, AGENT_TOOL) and filters.agent_id is not None:
-        where.append(table.agent_id == filters.agent_id)
-    if kind in (TOOL, AGENT_TOOL) and filters.tool_name is not None:
-        where.append(table.tool_name == filters.tool_name)
-    if kind == SESSION:
-        where.append(table.session_id == filters.session_id)
-    else:
-        where.append(table.session_id == "")
-    if kind not in (AGENT, AGENT_TOOL):
-        where.append(table.agent_id == "")
-    if kind not in (TOOL, AGENT_TOOL):
-        where.append(table.tool_name == "")
-    if part.start is not None:
-        where.append(table.bucket >= epoch_seconds(part.start))
-    if part.end is not None:
-        where.append(table.bucket < epoch_seconds(part.end))
-    if filters.result is not None:
-        where.append(table.result == filters.result)
-    if filters.action is not None:
-        where.append(table.action == filters.action)
-    keyed = [getattr(table, GROUP_COLUMNS[group_by])] if group_by else []
-    query = select(table.bucket, *keyed, func.sum(table.count))
-    rows = session.execute(query.where(*where).group_by(table.bucket, *keyed)).all()
-    if not keyed:
-        return [(row[0], None, int(row[1])) for row in rows]
-    return [(row[0], row[1], int(row[2])) for row in rows]
-
-
-def entry_where(workspace_id: str, filters: Filters, part: Piece) -> list[Any]:
-    from core.store.audit import clauses
-
-    narrowed = replace(filters, since=None, until=None)
-    where = [
-        AuditEntry.workspace_id == workspace_id,
-        AuditEntry.erased.is_(False),
-        *clauses(narrowed),
-    ]
-    if part.start is not None:
-        where.append(AuditEntry.timestamp >= part.start)
-    if part.end is not None:
-        where.append(AuditEntry.timestamp < part.end)
-    return where
-
-
-def _entries(
-    session: Session, workspace_id: str, filters: Filters, part: Piece, group_by: str | None
-) -> list[tuple[str | None, int]]:
-    """How many entries of ``part`` match, by group: counted from the entries."""
-    where = entry_where(workspace_id, filters, part)
-    if group_by is None:
-        return [(None, int(session.scalar(select(func.count()).where(*where)) or 0))]
-    column = getattr(AuditEntry, GROUP_COLUMNS[group_by])
-    rows = session.execute(select(column, func.count()).where(*where).group_by(column)).all()
-    return [(row[0], int(row[1])) for row in rows]
-
-
-def _entry_buckets(
-    session: Session,
-    workspace_id: str,
-    filters: Filters,
-    part: Piece,
-    grain: int,
-    group_by: str | None,
-) -> list[tuple[int, str | None, int]]:
-    """``(bucket, key, count)`` of ``part`` counted from the entries, bucketed here (the
-    entries read are those of a session or a seq range: few)."""
-    where = entry_where(workspace_id, filters, part)
-    column = getattr(AuditEntry, GROUP_COLUMNS[group_by]) if group_by else None
-    query = select(AuditEntry.timestamp, *([column] if column is not None else [])).where(*where)
-    found: Counter[tuple[int, str | None]] = Counter()
-    for row in session.execute(query):  # a session's or a seq range's entries: few
-        bucket = bucket_start(epoch_seconds(row[0]), grain)
-        found[bucket, row[1] if column is not None else None] += 1
-    return [(b, k, n) for (b, k), n in found.items()]
-
-
-def instant(bucket: int) -> datetime:
-    return EPOCH + timedelta(seconds=bucket)
+def _upsert(session: Session, changes: Mapping[tuple[str, Key], int]) -> None:
+    """The rollup rows changed, in key order (two writers never wait for each other's rows
+    in a circle)."""
+    values = [upsert_values(w, key, n) for (w, key), n in sorted(changes.items()) if n]
+    if values:
+        session.execute(upsert_statement(session.get_bind().dialect.name), values)

@@ -1,10 +1,10 @@
 """One page of the audit list (decisions §9), newest first, read by an index walk whose work
 never grows with the log: after a cursor's position, or at an ``offset`` found through the
-counts (``core.store.auditcounts``) rather than by stepping over the entries before it.
+counts (``core.store.auditstats``) rather than by stepping over the entries before it.
 
-The walk follows the index of one filter (a session, an agent, a tool, an action, a result,
-in that order of preference, or time alone: each index is ``(workspace, column, timestamp,
-id)``) and checks the other filters on the entries it meets. It looks at most
+The walk follows the index of one filter (a session, an agent or a tool, in that order of
+preference, or time alone: each index is ``(workspace, column, timestamp, id)``) and checks the
+other filters on the entries it meets. It looks at most
 :data:`SCAN_LIMIT` index entries a page: a page whose other filters match rarely may then hold
 fewer than ``limit`` entries, or none, and still name the page after it. A walk serves only
 entries up to the ``seq`` that was the chain's head when it started, so entries committed
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from core.domain.auditcounts import HOUR, MINUTE, Piece
 from core.domain.cursors import Position
-from core.store import auditcounts
+from core.store import auditstats
 from core.store.audit import Filters, clauses
 from core.store.models import AuditEntry, AuditHead
 
@@ -33,8 +33,6 @@ _LEADS = (
     ("session_id", AuditEntry.session_id),
     ("agent_id", AuditEntry.agent_id),
     ("tool_name", AuditEntry.tool_name),
-    ("action", AuditEntry.action),
-    ("result", AuditEntry.result),
 )
 
 
@@ -57,7 +55,9 @@ def list_page(
     """The page after ``after`` (a cursor's position), or at ``offset``; with the total of
     the matches now. Run it in a snapshot transaction: the total, the head and the page must
     see one state of the log."""
-    total = auditcounts.count(session, workspace_id, filters)
+    total = auditstats.count(session, workspace_id, filters)
+    if total == 0:  # nothing to walk to (an action that never happened, say)
+        return Listing([], 0, None)
     if after is not None:
         seq_max, start, inclusive = after.seq_max, (after.timestamp, after.id), False
     else:
@@ -145,15 +145,15 @@ def _locate(
     """The ``(timestamp, id)`` of the match ``offset`` places after the newest (None: there
     are not that many): the counts of hours, then of one hour's minutes, say where it is; the
     entries of one minute, at most, are stepped over."""
-    start, end = auditcounts.bounds(filters)
-    if auditcounts.kind_of(filters) is None:  # a session's or a seq range's: few entries
+    start, end = auditstats.bounds(filters)
+    if auditstats.kind_of(filters) is None:  # a session's or a seq range's: few entries
         return _nth(session, workspace_id, filters, Piece(None, start, end), offset)
     remaining = offset
     for grain in (HOUR, MINUTE):
-        rows = auditcounts.series(session, workspace_id, filters, start, end, grain, None)
+        rows = auditstats.series(session, workspace_id, filters, start, end, grain, None)
         for bucket, _, n in reversed(rows):
             if remaining < n:
-                low = auditcounts.instant(bucket)
+                low = auditstats.instant(bucket)
                 high = low + timedelta(seconds=grain)
                 start = low if start is None else max(start, low)
                 end = high if end is None else min(end, high)
@@ -167,7 +167,7 @@ def _locate(
 def _nth(
     session: Session, workspace_id: str, filters: Filters, part: Piece, n: int
 ) -> tuple[Any, str] | None:
-    where = auditcounts.entry_where(workspace_id, filters, part)
+    where = auditstats.entry_where(workspace_id, filters, part)
     row = session.execute(
         select(AuditEntry.timestamp, AuditEntry.id)
         .where(*where)

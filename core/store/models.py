@@ -121,8 +121,6 @@ class AuditEntry(Base):
         Index("ux_audit_workspace_seq", "workspace_id", "seq", unique=True),
         Index("ix_audit_workspace_session_time", "workspace_id", "session_id", "timestamp", "id"),
         Index("ix_audit_workspace_tool_time", "workspace_id", "tool_name", "timestamp", "id"),
-        Index("ix_audit_workspace_result_time", "workspace_id", "result", "timestamp", "id"),
-        Index("ix_audit_workspace_action_time", "workspace_id", "action", "timestamp", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -186,6 +184,22 @@ class AuditCount(Base):
     result: Mapped[str] = mapped_column(String(16), primary_key=True)
     action: Mapped[str] = mapped_column(String(32), primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger)
+
+
+class AuditTally(Base):
+    """What one batch of decisions adds to one workspace's counts, written in the batch's
+    transaction: ``counts`` is JSON, ``[[agent_id, tool_name, session_id, result, action,
+    minute, n], ...]`` (``core.domain.auditcounts.Signature`` and how many). Folded into
+    ``audit_counts`` and removed, in one transaction, off the hot path."""
+
+    __tablename__ = "audit_tallies"
+    __table_args__ = (Index("ix_audit_tallies_workspace", "workspace_id", "id"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
+    counts: Mapped[str] = mapped_column(Text)
 
 
 class Approval(Base):

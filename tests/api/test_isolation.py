@@ -134,6 +134,7 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ),
     ("GET", "/v1/audit-logs"): Entry(ANY, id_field="agent_id"),
     ("GET", "/v1/audit-logs/export"): Entry(ANY, id_field="agent_id"),
+    ("GET", "/v1/audit-logs/stats"): Entry(ANY, id_field="agent_id"),
     ("GET", "/v1/audit-logs/checkpoint"): Entry(
         ANY, note="no id: the caller's own chain's head, signed; B's stays as it was"
     ),
@@ -720,6 +721,8 @@ def test_a_filter_naming_another_workspaces_id_finds_nothing_of_it(world, op, ta
     elif path == "/v1/audit-logs":
         assert response.json["data"] == own
         assert response.json["pagination"]["total"] == len(own)
+    elif path == "/v1/audit-logs/stats":  # A's own calls naming that id, counted
+        assert sum(item["count"] for item in response.json["data"]) == len(own)
     else:
         rows = list(csv.reader(io.StringIO(response.get_data(as_text=True))))
         assert [row[1] for row in rows[1:]] == [e["agentId"] for e in own]
@@ -742,7 +745,10 @@ def test_a_read_without_an_id_shows_only_the_callers_workspace(world, op):
     a, b = world.settle()
     assert response.status_code == 200
     world.assert_nothing_of_b(response)
-    if response.mimetype == "application/json" and "data" in response.json:
+    if path == "/v1/audit-logs/stats":  # counts of A's own entries, none of B's
+        counted = sum(item["count"] for item in response.json["data"])
+        assert counted == len(a.after[AUDIT][1]["data"])
+    elif response.mimetype == "application/json" and "data" in response.json:
         ids = {item["id"] for item in response.json["data"]}
         watched = next(p for p in WATCHED if p.split("?")[0] == path)
         assert ids <= {item["id"] for item in a.after[watched][1]["data"]}

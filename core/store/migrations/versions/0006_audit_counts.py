@@ -1,5 +1,6 @@
 """The audit log at scale (decisions §9): the counts kept as entries are committed (per minute
-and per hour, by agent, tool, agent and tool, and session, each with result and action), and
+and per hour, by agent, tool, agent and tool, and session, each with result and action; the
+batches' tallies not yet folded into them beside), and
 an index per filter of the list, so a page and its total never read the whole log.
 
 Counts for the entries already written are made here, from the entries.
@@ -44,12 +45,23 @@ def upgrade() -> None:
     op.create_index(
         "ix_audit_counts_bucket", "audit_counts", ["workspace_id", "grain", "kind", "bucket"]
     )
-    for column in ("tool_name", "result", "action"):
-        op.create_index(
-            f"ix_audit_workspace_{column.split('_')[0]}_time",
-            "audit_log",
-            ["workspace_id", column, "timestamp", "id"],
-        )
+    op.create_table(
+        "audit_tallies",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sa.Column("workspace_id", sa.String(36), sa.ForeignKey("workspaces.id"), nullable=False),
+        sa.Column("counts", sa.Text, nullable=False),
+    )
+    op.create_index("ix_audit_tallies_workspace", "audit_tallies", ["workspace_id", "id"])
+    # a tool's entries: one of hundreds of tools, too rare to find by walking the time index
+    # (a result or an action is common enough: each index costs every decision a write)
+    op.create_index(
+        "ix_audit_workspace_tool_time", "audit_log", ["workspace_id", "tool_name", "timestamp", "id"]
+    )
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
         second = "CAST(strftime('%s', timestamp) AS INTEGER)"
@@ -72,7 +84,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for column in ("tool", "result", "action"):
-        op.drop_index(f"ix_audit_workspace_{column}_time", table_name="audit_log")
+    op.drop_index("ix_audit_tallies_workspace", table_name="audit_tallies")
+    op.drop_table("audit_tallies")
+    op.drop_index("ix_audit_workspace_tool_time", table_name="audit_log")
     op.drop_index("ix_audit_counts_bucket", table_name="audit_counts")
     op.drop_table("audit_counts")

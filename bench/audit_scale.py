@@ -1,0 +1,311 @@
+"""The audit log at scale (decisions §9): a log of N entries (50 agents calling 12 of 200
+tools each, 30 days, a fifth of the calls in sessions of 10) written the way decisions write
+it, then ``agentauth serve`` in front of it and the reads an operator makes, each timed over
+HTTP.
+
+The log is written through the group-commit recorder (rows made by ``core.store.audit.entry``,
+chained, tallied), thousands per transaction, and the tallies folded as ``agentauth serve``'s
+maintenance process folds them; on PostgreSQL into a fresh schema, dropped at the end. Every
+read is asked ``REPEAT`` times; the table has the median and the p95 (nearest rank) in
+milliseconds, and each total is checked against a ``COUNT(*)`` of the entries made here.
+
+``python -m bench.audit_scale --entries 1000000 [--database-url postgresql://...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.http_compare import create_admin_key, free_port, http, running, server_env
+
+AGENTS, TOOLS, DAYS = 50, 200, 30
+TOOLS_PER_AGENT = 12
+BATCH = 5000
+REPEAT = 20
+RESULTS = (("allowed", 70), ("denied", 28), ("escalated", 2))
+
+
+@dataclass(frozen=True)
+class Timing:
+    name: str
+    median_ms: float
+    p95_ms: float
+    detail: str = ""
+
+
+def _weighted(rng: random.Random) -> str:
+    pick = rng.randrange(100)
+    for result, weight in RESULTS:
+        if pick < weight:
+            return result
+        pick -= weight
+    return RESULTS[-1][0]
+
+
+def build_log(url: str, entries: int, folder: Path) -> dict[str, Any]:
+    """The log, written and folded; what the reads need to know of it."""
+    from api.outbox import fold_tallies
+    from core.config import Settings
+    from core.hotpath.recorder import Recorder
+    from core.store import audit
+    from core.store.database import Database
+    from core.store.keys import ensure_workspace
+    from core.store.migrate import upgrade
+    from core.store.models import Agent
+
+    settings = Settings(database_url=url, audit_key_file=str(folder / "audit.key"))
+    db = Database(settings)
+    upgrade(db)
+    now = datetime.now(UTC).replace(microsecond=0)
+    start = now - timedelta(days=DAYS)
+    step = timedelta(days=DAYS) / entries
+    with db.transaction(write=True) as session:
+        workspace_id = ensure_workspace(session, "default", now)
+        agents = [f"00000000-0000-4000-8000-{n:012d}" for n in range(AGENTS)]
+        for n, agent_id in enumerate(agents):
+            session.add(
+                Agent(
+                    id=agent_id, workspace_id=workspace_id, name=f"agent-{n}", status="active",
+                    created_at=start, updated_at=start, policy_version=0,
+                )
+            )  # fmt: skip
+    tools = [f"tool.{n}" for n in range(TOOLS)]
+    rng = random.Random(7)
+    # each agent calls a few tools of its own and a few shared ones (a support agent, a billing
+    # agent, ...): every tool is called by some agent
+    own = {
+        agent: [tools[(n * 4 + k) % TOOLS] for k in range(TOOLS_PER_AGENT)]
+        for n, agent in enumerate(agents)
+    }
+    recorder = Recorder.for_database(db)
+    began = time.perf_counter()
+    for first in range(0, entries, BATCH):
+        rows = []
+        for n in range(first, min(first + BATCH, entries)):
+            agent_id = agents[rng.randrange(AGENTS)]
+            rows.append(
+                audit.entry(
+                    workspace_id=workspace_id,
+                    agent_id=agent_id,
+                    agent_exists=True,
+                    key_id=None,
+                    tool_name=rng.choice(own[agent_id]),
+                    parameters={"n": n, "amount": rng.randrange(1, 5000)},
+                    result=_weighted(rng),
+                    policy_id=None,
+                    rule_index=None,
+                    reason="bench",
+                    latency_ms=0.5,
+                    timestamp=start + step * n,
+                    session_id=f"session-{n // 50}" if n % 5 == 0 else None,
+                )
+            )
+
+        def write(batch: Any, rows: list[dict[str, Any]] = rows) -> None:
+            for row in rows:
+                batch.append_audit(row)
+
+        recorder.run(write)
+    recorder.close()
+    written = time.perf_counter() - began
+    began = time.perf_counter()
+    fold_tallies(db)
+    folded = time.perf_counter() - began
+    db.dispose()
+    return {
+        "workspace_id": workspace_id,
+        "agents": agents,
+        "tools": tools,
+        "now": now,
+        "start": start,
+        "entries": entries,
+        "write_seconds": written,
+        "fold_seconds": folded,
+    }
+
+
+def _timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    began = time.perf_counter()
+    value = call()
+    return (time.perf_counter() - began) * 1000, value
+
+
+def _summary(name: str, times: list[float], detail: str = "") -> Timing:
+    ordered = sorted(times)
+    p95 = ordered[max(0, -(-len(ordered) * 95 // 100) - 1)]
+    return Timing(name, statistics.median(ordered), p95, detail)
+
+
+def time_reads(
+    base: str, key: str, log: dict[str, Any], count: Callable[[dict[str, Any]], int]
+) -> list[Timing]:
+    """Each read REPEAT times; a list page's total checked against ``count(filters)``."""
+    agent, tool = log["agents"][3], log["tools"][17]  # agent 3 calls tools 12 to 23
+    hour = (log["now"] - timedelta(days=10)).replace(minute=0, second=0)
+    iso = lambda moment: moment.isoformat().replace("+00:00", "Z")  # noqa: E731
+    odd_from = iso(log["now"] - timedelta(days=12, seconds=17, microseconds=123))
+    odd_to = iso(log["now"] - timedelta(days=3, seconds=41, microseconds=7))
+    half = log["entries"] // 2
+    month = {"from": iso(log["start"]), "to": iso(log["now"])}
+    odd = {"from": odd_from, "to": odd_to}
+    pages: list[tuple[str, dict[str, Any]]] = [
+        ("first page, no filter", {}),
+        ("first page, tool_name", {"tool_name": tool}),
+        ("first page, result=denied", {"result": "denied"}),
+        ("first page, an action with no entries", {"action": "never.happened"}),
+        ("offset at half the log", {"offset": half}),
+        ("first page, one agent", {"agent_id": agent}),
+        ("first page, one hour", {"from": iso(hour), "to": iso(hour + timedelta(hours=1))}),
+        ("first page, one session", {"session_id": "session-1234"}),
+        ("agent + result", {"agent_id": agent, "result": "denied"}),
+        ("tool + result", {"tool_name": tool, "result": "escalated"}),
+        ("agent + tool", {"agent_id": agent, "tool_name": tool}),
+        ("agent + tool + from/to", {"agent_id": agent, "tool_name": tool, **odd}),
+        ("from/to inside minutes, 9 days", odd),
+        ("offset at half, result=denied", {"result": "denied", "offset": half // 4}),
+    ]  # fmt: skip
+    found: list[Timing] = []
+    for name, query in pages:
+        url = f"{base}/v1/audit-logs?" + urllib.parse.urlencode({"limit": 50, **query})
+        times, body = [], None
+        for _ in range(REPEAT):
+            took, (status, body) = _timed(lambda url=url: http("GET", url, key=key))
+            if status != 200:
+                raise RuntimeError(f"{name}: {status} {body}")
+            times.append(took)
+        assert body is not None
+        filters = {k: v for k, v in query.items() if k != "offset"}
+        expected = count(filters)
+        total = body["pagination"]["total"]
+        if total != expected:
+            raise RuntimeError(f"{name}: total {total}, COUNT(*) {expected}")
+        served = body["pagination"]["count"]
+        found.append(_summary(name, times, f"total {total:,}, {served} served"))
+    # a cursor walk, 30 pages deep, from the first page and from half the log
+    walks = (("cursor pages, from the first", {}), ("cursor pages, from half", {"offset": half}))
+    for name, start in walks:
+        url = f"{base}/v1/audit-logs?" + urllib.parse.urlencode({"limit": 50, **start})
+        status, body = http("GET", url, key=key)
+        times = []
+        for _ in range(30):
+            following = body["pagination"]["nextCursor"]
+            query = urllib.parse.urlencode({"limit": 50, "cursor": following})
+            url = f"{base}/v1/audit-logs?{query}"
+            took, (status, body) = _timed(lambda url=url: http("GET", url, key=key))
+            if status != 200 or body["pagination"]["count"] != 50:
+                raise RuntimeError(f"{name}: {status} {body}")
+            times.append(took)
+        found.append(_summary(name, times, "30 pages of 50"))
+    stats: list[tuple[str, dict[str, Any]]] = [
+        ("stats, 30 days by hour", {**month, "bucket": "hour"}),
+        ("stats, 30 days by hour by result", {**month, "bucket": "hour", "group_by": "result"}),
+        ("stats, 30 days by day by tool", {**month, "bucket": "day", "group_by": "tool"}),
+        ("stats, 24 h by minute", {"bucket": "minute"}),
+        ("stats, one agent 30 days by hour", {"agent_id": agent, **month}),
+    ]  # fmt: skip
+    for name, query in stats:
+        url = f"{base}/v1/audit-logs/stats?" + urllib.parse.urlencode(query)
+        times = []
+        for _ in range(REPEAT):
+            took, (status, body) = _timed(lambda url=url: http("GET", url, key=key))
+            if status != 200:
+                raise RuntimeError(f"{name}: {status} {body}")
+            times.append(took)
+        counted = sum(item["count"] for item in body["data"])
+        found.append(_summary(name, times, f"{len(body['data']):,} items, {counted:,} entries"))
+    return found
+
+
+@contextlib.contextmanager
+def database(url: str | None) -> Iterator[tuple[str, Path]]:
+    """A fresh SQLite file, or a fresh schema of the PostgreSQL at ``url`` (dropped after)."""
+    folder = Path(tempfile.mkdtemp(prefix="agentauth-scale-"))
+    if url is None:
+        yield f"sqlite:///{folder / 'log.db'}", folder
+        return
+    import psycopg
+
+    schema = f"bench_scale_{int(time.time())}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{url}?options=-csearch_path%3D{schema}", folder
+    finally:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _counter(url: str, workspace_id: str) -> Callable[[dict[str, Any]], int]:
+    """``COUNT(*)`` of the entries matching a list's query, straight from the table."""
+    from sqlalchemy import func, select
+
+    from core.config import Settings
+    from core.domain.clock import parse_instant
+    from core.store.audit import Filters, clauses
+    from core.store.database import Database
+    from core.store.models import AuditEntry
+
+    db = Database(Settings(database_url=url))
+
+    def count(query: dict[str, Any]) -> int:
+        filters = Filters(
+            agent_id=query.get("agent_id"),
+            session_id=query.get("session_id"),
+            action=query.get("action"),
+            tool_name=query.get("tool_name"),
+            result=query.get("result"),
+            since=parse_instant(query["from"]) if "from" in query else None,
+            until=parse_instant(query["to"]) if "to" in query else None,
+        )
+        with db.transaction() as session:
+            where = [AuditEntry.workspace_id == workspace_id, AuditEntry.erased.is_(False)]
+            return int(session.scalar(select(func.count()).where(*where, *clauses(filters))) or 0)
+
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--database-url", default=None)
+    args = parser.parse_args(argv)
+    with database(args.database_url) as (url, folder):
+        log = build_log(url, args.entries, folder)
+        print(
+            f"wrote {args.entries:,} entries in {log['write_seconds']:.0f} s"
+            f" (folded in {log['fold_seconds']:.1f} s)",
+            flush=True,
+        )
+        env = server_env()
+        env["AGENTAUTH_AUDIT_KEY_FILE"] = str(folder / "audit.key")
+        key = create_admin_key(url, env)
+        base = f"http://127.0.0.1:{free_port()}"
+        command = [sys.executable, "-m", "controller", "serve", "--host", "127.0.0.1"]
+        command += ["--port", base.rsplit(":", 1)[1], "--db", url]
+        ready = lambda: http("GET", base + "/healthz")[0] == 200  # noqa: E731
+        with running(command, env, folder / "serve.log", ready):
+            timings = time_reads(base, key, log, _counter(url, log["workspace_id"]))
+    store = "PostgreSQL" if args.database_url else "SQLite"
+    print(f"\n| read ({store}, {args.entries:,} entries) | median ms | p95 ms | |")
+    print("|---|---|---|---|")
+    for t in timings:
+        print(f"| {t.name} | {t.median_ms:.1f} | {t.p95_ms:.1f} | {t.detail} |")
+    print(json.dumps({"entries": args.entries, "store": store}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The audit log's kept counts (decisions §9) as the store keeps them: a batch's tallies, folded
+into the rollup rows later, count the same before, during and after the fold; migration 0006
+counts a log written before it; erasure takes its entries back. Each against ``COUNT(*)`` of
+the entries themselves, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from core.config import Settings
+from core.domain import ids
+from core.domain.auditcounts import DAY, HOUR, MINUTE
+from core.hotpath.recorder import Recorder
+from core.store import audit, auditcounts, auditstats
+from core.store.audit import Filters
+from core.store.database import Database
+from core.store.migrate import upgrade
+from core.store.models import Agent, AuditEntry, AuditHead, AuditTally, Workspace
+from tests.audit_chain import fresh_database
+
+START = datetime(2026, 11, 20, 22, 58, 31, 250000, tzinfo=UTC)
+AGENTS = [str(uuid.UUID(int=n + 1)) for n in range(3)]
+TOOLS = ["calendar.read", "email.send", "shell.exec"]
+#: filters and ranges a person asks for: each counted from the rollups, the tallies and the
+#: partial minutes at their edges
+QUERIES = [
+    Filters(),
+    Filters(agent_id=AGENTS[0]),
+    Filters(tool_name=TOOLS[1], result="denied"),
+    Filters(agent_id=AGENTS[1], tool_name=TOOLS[2]),
+    Filters(session_id="s-1"),
+    Filters(session_id="s-1", agent_id=AGENTS[0]),
+    Filters(action="approval.approve"),
+    Filters(since=START + timedelta(minutes=7, seconds=3), until=START + timedelta(hours=2)),
+    Filters(result="allowed", since=START + timedelta(hours=1, microseconds=1)),
+    Filters(until=START + timedelta(minutes=61, seconds=59, microseconds=999999)),
+]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    with fresh_database(tmp_path) as url:
+        database = Database(Settings(database_url=url))
+        yield database
+        database.dispose()
+
+
+def _workspace(db: Database, name: str) -> str:
+    workspace_id = ids.workspace_id(name)
+    with db.transaction(write=True) as session:
+        session.add(Workspace(id=workspace_id, name=name, created_at=START))
+    return workspace_id
+
+
+def _rows(workspace_id: str, count: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)  # noqa: S311 - test data
+    return [
+        audit.entry(
+            workspace_id=workspace_id,
+            agent_id=rng.choice(AGENTS),
+            agent_exists=False,
+            key_id=None,
+            tool_name=rng.choice(TOOLS),
+            parameters={"n": n},
+            result=rng.choice(audit.RESULTS),
+            policy_id=None,
+            rule_index=None,
+            reason="r",
+            latency_ms=1.0,
+            timestamp=START + timedelta(seconds=rng.randrange(3 * 3600), microseconds=n),
+            session_id=rng.choice(["s-1", "s-2", None]),
+            action="authorize" if n % 9 else "approval.approve",
+        )
+        for n in range(count)
+    ]
+
+
+def _record(db: Database, rows: list[dict[str, Any]], per_batch: int) -> None:
+    recorder = Recorder.for_database(db)
+    for first in range(0, len(rows), per_batch):
+        part = rows[first : first + per_batch]
+        recorder.run(lambda batch, part=part: [batch.append_audit(row) for row in part])
+    recorder.close()
+
+
+def _counted(db: Database, workspace_id: str) -> list[Any]:
+    """What every query counts, and its stats by minute, hour and day, grouped and not."""
+    found: list[Any] = []
+    with db.transaction(snapshot=True) as session:
+        for filters in QUERIES:
+            found.append(auditstats.count(session, workspace_id, filters))
+            start, end = auditstats.bounds(filters)
+            for grain, group_by in ((MINUTE, None), (HOUR, "agent"), (DAY, "result")):
+                found.append(
+                    auditstats.series(session, workspace_id, filters, start, end, grain, group_by)
+                )
+    return found
+
+
+def _truth(db: Database, workspace_id: str) -> list[int]:
+    with db.transaction() as session:
+        return [
+            int(
+                session.scalar(
+                    sa.select(sa.func.count()).where(
+                        AuditEntry.workspace_id == workspace_id,
+                        AuditEntry.erased.is_(False),
+                        *audit.clauses(filters),
+                    )
+                )
+                or 0
+            )
+            for filters in QUERIES
+        ]
+
+
+def _tallies(db: Database) -> int:
+    with db.transaction() as session:
+        return int(session.scalar(sa.select(sa.func.count()).select_from(AuditTally)) or 0)
+
+
+def _fold_all(db: Database) -> None:
+    while True:
+        with db.transaction(write=True) as session:
+            if auditcounts.fold(session) < auditcounts.FOLD_LIMIT:
+                return
+
+
+def test_counts_are_the_same_before_during_and_after_a_fold(db):
+    workspace_id = _workspace(db, "folded")
+    _record(db, _rows(workspace_id, 600, seed=1), per_batch=7)  # 86 tallies: more than a bite
+    before = _counted(db, workspace_id)
+    assert before[::4] == _truth(db, workspace_id)  # each query's count, then its 3 series
+    with db.transaction(write=True) as session:  # one bite: some tallies folded, some not
+        assert auditcounts.fold(session) == auditcounts.FOLD_LIMIT
+    assert 0 < _tallies(db) < 86
+    assert _counted(db, workspace_id) == before
+    _fold_all(db)
+    assert _tallies(db) == 0
+    assert _counted(db, workspace_id) == before
+
+
+def test_erasure_takes_an_agents_entries_out_of_the_counts_folded_or_not(db):
+    workspace_id = _workspace(db, "erased")
+    mine = str(uuid.UUID(int=99))
+    with db.transaction(write=True) as session:
+        session.add(
+            Agent(
+                id=mine, workspace_id=workspace_id, name="gone", status="active",
+                created_at=START, updated_at=START, policy_version=0,
+            )
+        )  # fmt: skip
+    rows = _rows(workspace_id, 300, seed=2)
+    for row in rows[::3]:  # a third are the erased agent's, among the others
+        row.update(agent_id=mine, agent_ref=mine)
+    _record(db, rows[:150], per_batch=5)
+    _fold_all(db)
+    _record(db, rows[150:], per_batch=5)  # these stay as tallies
+    with db.transaction(write=True) as session:
+        assert audit.erase(session, workspace_id, mine) == 100
+    assert _counted(db, workspace_id)[::4] == _truth(db, workspace_id)
+    with db.transaction() as session:
+        assert auditstats.count(session, workspace_id, Filters(agent_id=mine)) == 0
+        assert auditstats.count(session, workspace_id, Filters()) == 200
+    _fold_all(db)
+    assert _counted(db, workspace_id)[::4] == _truth(db, workspace_id)
+
+
+def test_migration_0006_counts_the_entries_written_before_it(tmp_path):
+    """A log of 0005 (no counts), erased entries among it: after the upgrade every count is
+    the entries', and decisions after it add to the same counts."""
+    with fresh_database(tmp_path, revision="0005") as url:
+        db = Database(Settings(database_url=url))
+        workspace_id = _workspace(db, "before-counts")
+        rows = _rows(workspace_id, 400, seed=3)
+        for n, row in enumerate(rows):
+            row.update(seq=n + 1, entry_hash="0" * 64, hash="0" * 64, erased=False)
+            if n % 10 == 0:  # erased: not counted
+                row.update({**audit.ERASED, "timestamp": row["timestamp"]})
+        with db.engine.begin() as connection:
+            connection.execute(sa.insert(AuditEntry.__table__), rows)
+            head = {"workspace_id": workspace_id, "seq": len(rows), "hash": "0" * 64}
+            connection.execute(sa.insert(AuditHead.__table__), head)
+        upgrade(db)
+        assert _counted(db, workspace_id)[::4] == _truth(db, workspace_id)
+        with db.transaction() as session:
+            assert auditstats.count(session, workspace_id, Filters()) == 360
+        _record(db, _rows(workspace_id, 50, seed=4), per_batch=10)
+        _fold_all(db)
+        assert _counted(db, workspace_id)[::4] == _truth(db, workspace_id)
+        db.dispose()
