@@ -92,7 +92,10 @@ def checkpoint(db: str | None, workspace: str, out: Path | None) -> None:
 
 @audit.command()
 @click.option("--db", help=DATABASE_URL_HELP + "; with --workspace")
-@click.option("--workspace", help="the workspace's name, with --db")
+@click.option(
+    "--workspace",
+    help="the workspace's name: with --db; with --export, whose checkpoints to hold it against",
+)
 @click.option(
     "--export",
     "export",
@@ -123,7 +126,7 @@ def verify(
     output: str,
 ) -> None:
     """Recompute every entry's hash and the chain, and hold it against each checkpoint."""
-    if (export is None) == (db is None and workspace is None):
+    if (export is None) == (db is None):
         raise click.UsageError("give either --db and --workspace, or --export FILE")
     if export is None and workspace is None:
         raise click.UsageError("--db needs --workspace NAME")
@@ -142,6 +145,8 @@ def verify(
         raise click.UsageError("checking checkpoints needs --public-key FILE")
     checkpoints, bad = signed_checkpoints(notes, key) if key is not None else ([], None)
     if export is not None:
+        if workspace is not None:  # a file of several logs' checkpoints: this log's
+            checkpoints = _of_log(checkpoints, origin_of(ids.workspace_id(workspace)))
         report = _verify_export(export, checkpoints) if bad is None else None
     else:
         assert workspace is not None
@@ -160,7 +165,7 @@ def _verify_database(
         try:
             with database.transaction(snapshot=True) as session:
                 workspace_id = _workspace(session, workspace)
-                _same_origin(checkpoints, origin_of(workspace_id))
+                checkpoints = _of_log(checkpoints, origin_of(workspace_id))
                 url = settings.database_url
                 return chain.verify(session, workspace_id, checkpoints, url=url)
         finally:
@@ -175,7 +180,11 @@ def _verify_export(path: Path, checkpoints: list[Checkpoint]) -> ChainReport:
     again from a few thousand lines before it to name what."""
     origins = {c.origin for c in checkpoints}
     if len(origins) > 1:
-        _stop("the checkpoints are of several logs: " + ", ".join(sorted(origins)))
+        _stop(
+            "the checkpoints are of several logs: "
+            + ", ".join(sorted(origins))
+            + "; say which with --workspace NAME"
+        )
     marks = frozenset(c.size for c in checkpoints)
     try:
         size = path.stat().st_size
@@ -239,10 +248,14 @@ def _lines(file: Any) -> Iterator[dict[str, Any]]:
         yield entry
 
 
-def _same_origin(checkpoints: list[Checkpoint], origin: str) -> None:
-    for found in checkpoints:
-        if found.origin != origin:
-            _stop(f"a checkpoint is of the log {found.origin}, not {origin}")
+def _of_log(checkpoints: list[Checkpoint], origin: str) -> list[Checkpoint]:
+    """The checkpoints of the log ``origin`` (a file that ``agentauth serve`` keeps holds every
+    workspace's); stops when checkpoints were given and none is of it."""
+    mine = [found for found in checkpoints if found.origin == origin]
+    if checkpoints and not mine:
+        others = ", ".join(sorted({found.origin for found in checkpoints}))
+        _stop(f"no checkpoint is of the log {origin}: they are of {others}")
+    return mine
 
 
 def _workspace(session: Any, name: str) -> str:

@@ -9,6 +9,9 @@
 - ``agentauth_webhook_deliveries_total{result}``: webhook delivery tries, counted by the
   delivery worker (``api.outbox``): ``delivered``, ``retry`` (failed, tried again later) or
   ``failed`` (failed for good, 24 hours after the event);
+- ``agentauth_checkpoint_lag_entries{workspace}``: with ``AGENTAUTH_CHECKPOINT_FILE`` set,
+  how many entries of each workspace's log the newest checkpoint kept in that file is behind
+  (``api.checkpoint_file``, updated every second);
 - ``agentauth_requests_in_flight``: requests being served right now (the scrape included), the
   number a graceful shutdown waits for;
 - ``agentauth_sync_last_success_timestamp_seconds{workspace}`` and
@@ -74,6 +77,13 @@ IN_FLIGHT = Gauge(
     multiprocess_mode="livesum",
 )
 RATE_LIMITED = Counter("agentauth_rate_limit_denials", "Calls refused by a rate limit", ["limit"])
+CHECKPOINT_LAG = Gauge(
+    "agentauth_checkpoint_lag_entries",
+    "Entries of a workspace's audit log past the newest checkpoint kept in "
+    "AGENTAUTH_CHECKPOINT_FILE",
+    ["workspace"],
+    multiprocess_mode="livemax",
+)
 WEBHOOK_DELIVERIES = Counter(
     "agentauth_webhook_deliveries", "Webhook delivery tries, by what came of them", ["result"]
 )

@@ -8,7 +8,8 @@
   stop lets the tries under way finish and be recorded. It also runs :func:`sweep` once a
   minute: per-session counters whose window is over are removed (decisions §8); and
   :func:`fold_tallies` every second: the audit counts' tallies that decisions wrote move into
-  the rollup rows (decisions §9), so that readers have few tallies to add.
+  the rollup rows (decisions §9), so that readers have few tallies to add; and, with
+  ``AGENTAUTH_CHECKPOINT_FILE`` set, keeps checkpoints in that file (``api.checkpoint_file``).
 - :class:`DeliveryProcess` is how ``agentauth serve`` runs it: one child process per server
   (``python -m api.outbox``), started once the metrics folder exists and stopped by its PID
   when the server stops (SIGTERM, then SIGKILL). Not a thread of the server's master, which
@@ -33,14 +34,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+from api.checkpoint_file import CheckpointFile
 from api.delivery import deliver, event_body
 from api.metrics import WEBHOOK_DELIVERIES
 from core.config import Settings
 from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
 from core.domain.webhooks import DeliveryStatus
+from core.store import signing
 from core.store.auditcounts import FOLD_LIMIT, fold
 from core.store.database import Database
 from core.store.limits import sweep_sessions
@@ -152,10 +156,13 @@ class Worker:
         allow_private: bool,
         poll_seconds: float = POLL_SECONDS,
         counts_db: Database | None = None,
+        checkpoints: CheckpointFile | None = None,
     ) -> None:
-        """``counts_db``: the database the fold writes through (``db`` by default)."""
+        """``counts_db``: the database the fold writes through (``db`` by default);
+        ``checkpoints``: the file to keep checkpoints in, if any."""
         self._db, self._clock, self._allow_private = db, clock, allow_private
         self._counts_db = counts_db or db
+        self._checkpoints = checkpoints
         self._poll = poll_seconds
         self._stopping = threading.Event()
         self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="webhook-try")
@@ -175,6 +182,9 @@ class Worker:
             (SWEEP_SECONDS, "counter sweep", partial(sweep, self._db, self._clock)),
             (FOLD_SECONDS, "audit count fold", partial(fold_tallies, self._counts_db)),
         ]
+        if self._checkpoints is not None:
+            keep = partial(self._checkpoints.tick, self._db)
+            chores.append((1.0, "checkpoint", lambda: keep(time.monotonic())))
         last = [0.0] * len(chores)  # monotonic time each chore last ran
         while not self._stopping.is_set():
             for index, (every, name, chore) in enumerate(chores):
@@ -258,7 +268,22 @@ def main() -> None:
     counts_db = db
     if db.is_sqlite and settings.sqlite_synchronous == "FULL":
         counts_db = Database(replace(settings, sqlite_synchronous="NORMAL"))
-    worker = Worker(db, utc_now, allow_private=settings.webhook_allow_private, counts_db=counts_db)
+    checkpoints = None
+    if settings.checkpoint_file:
+        try:
+            key = signing.load_or_create(settings, create=False)
+        except AgentAuthError as exc:
+            log.error(json.dumps({"message": f"no checkpoints can be kept: {exc.message}"}))
+        else:
+            path = Path(settings.checkpoint_file)
+            checkpoints = CheckpointFile(path, settings.checkpoint_interval_seconds, key)
+    worker = Worker(
+        db,
+        utc_now,
+        allow_private=settings.webhook_allow_private,
+        counts_db=counts_db,
+        checkpoints=checkpoints,
+    )
     worker.start()
     while not stopping.wait(1.0) and os.getppid() == parent:
         pass

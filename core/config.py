@@ -52,6 +52,10 @@ class Settings:
     #: absent), unless ``audit_key`` holds the key itself (C2SP's PRIVATE+KEY+... form)
     audit_key_file: str = "agentauth-audit.key"
     audit_key: str = field(default="", repr=False)
+    #: ``agentauth serve`` appends a signed checkpoint of each workspace whose log grew to this
+    #: file ("" for none), at most every ``checkpoint_interval_seconds`` (decisions §9)
+    checkpoint_file: str = ""
+    checkpoint_interval_seconds: int = 60
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -73,6 +77,8 @@ class Settings:
             webhook_allow_private=_bool(env, "AGENTAUTH_WEBHOOK_ALLOW_PRIVATE", False),
             audit_key_file=env.get("AGENTAUTH_AUDIT_KEY_FILE") or _default_key_file(env),
             audit_key=env.get("AGENTAUTH_AUDIT_KEY", ""),
+            checkpoint_file=env.get("AGENTAUTH_CHECKPOINT_FILE", ""),
+            checkpoint_interval_seconds=_int(env, "AGENTAUTH_CHECKPOINT_INTERVAL_SECONDS", 60),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.check()
@@ -90,6 +96,8 @@ class Settings:
             raise ConfigError("AGENTAUTH_MAX_POLICY_FILE_BYTES must be at least 1")
         if self.max_policy_repo_bytes < 1:
             raise ConfigError("AGENTAUTH_MAX_POLICY_REPO_BYTES must be at least 1")
+        if not 1 <= self.checkpoint_interval_seconds <= 86400:
+            raise ConfigError("AGENTAUTH_CHECKPOINT_INTERVAL_SECONDS must be between 1 and 86400")
         if self.sqlite_synchronous not in SQLITE_SYNC_MODES:
             raise ConfigError(
                 "AGENTAUTH_SQLITE_SYNCHRONOUS must be one of " + ", ".join(SQLITE_SYNC_MODES)

@@ -586,7 +586,26 @@ def test_a_checkpoint_of_another_workspace_s_log_exits_2(log, other_workspace):
         workspace=True,
     )  # fmt: skip
     assert result.exit_code == 2
-    assert f"agentauth/{other_workspace.id}, not agentauth/{log.workspace.id}" in result.stderr
+    assert f"no checkpoint is of the log agentauth/{log.workspace.id}" in result.stderr
+    assert f"they are of agentauth/{other_workspace.id}" in result.stderr
+
+
+def test_a_file_of_every_workspace_s_checkpoints_verifies_each_log(log, other_workspace):
+    """The file agentauth serve keeps (AGENTAUTH_CHECKPOINT_FILE) holds every workspace's
+    notes: verify holds a log against its own, against the database or an export."""
+    log.decide(3)
+    theirs = log.client.get(
+        "/v1/audit-logs/checkpoint", headers=other_workspace.headers("read-only")
+    ).get_data(as_text=True)
+    both = log.file("checkpoints", theirs + log.checkpoint_note() + theirs)
+    result = log.cli("verify", "--db", log.database_url, "--checkpoint", both, workspace=True)
+    assert result.exit_code == 0, result.output
+    result = log.cli(
+        "verify", "--export", log.export_file(), "--checkpoint", both,
+        "--public-key", log.public_key_file(), "--workspace", log.workspace.name,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "3 entries" in result.stdout
 
 
 def test_checkpoints_of_two_logs_given_with_an_export_exit_2(log, other_workspace):
@@ -601,6 +620,7 @@ def test_checkpoints_of_two_logs_given_with_an_export_exit_2(log, other_workspac
     )  # fmt: skip
     assert result.exit_code == 2
     assert "several logs" in result.stderr
+    assert "--workspace" in result.stderr
 
 
 @pytest.mark.parametrize("missing", ["export", "checkpoint", "public-key"])
