@@ -178,6 +178,13 @@ def _fit(case: Any, world: dict[str, str], now: datetime) -> None:
     pattern). Also points ids at existing objects. Edits copies: a generated value may be
     shared with other examples; assigned back, they are checked against the document again."""
     noun = case.operation.path.split("/")[2] if case.operation.path.startswith("/v1/") else ""
+    if case.query and "cursor" in case.query:
+        # a cursor is a string the API gave, sealed to its walk (decisions §9): none other is
+        # valid, which the document cannot say; the audit tests walk real ones
+        case.query = {k: v for k, v in case.query.items() if k != "cursor"}
+    if case.operation.path == "/v1/audit-logs/stats" and case.query:
+        # stats hold at most 10,000 buckets, from before to: the default range (a day) does
+        case.query = {k: v for k, v in case.query.items() if k not in ("from", "to")}
     if case.path_parameters and "id" in case.path_parameters:
         wanted = _existing(case.path_parameters["id"], world, noun)
         if wanted != case.path_parameters["id"]:

@@ -45,7 +45,18 @@ from core.hotpath import approvals as deciding
 from core.hotpath.decisions import load_policies
 from core.hotpath.reads import Reads
 from core.hotpath.usage import usage
-from core.store import agents, approvals, audit, chain, keys, policies, sync_status, webhooks
+from core.store import (
+    agents,
+    approvals,
+    audit,
+    auditpages,
+    auditstats,
+    chain,
+    keys,
+    policies,
+    sync_status,
+    webhooks,
+)
 from core.store.database import Database
 from core.store.keys import ensure_workspace
 from core.store.models import (
@@ -388,6 +399,15 @@ READS: dict[str, Read] = {
     "core.store.audit.export_rows": lambda s, me, other: audit.export_rows(
         s, me.workspace, audit.Filters()
     ),
+    "core.store.auditstats.count": lambda s, me, other: auditstats.count(
+        s, me.workspace, audit.Filters(agent_id=other.agent)
+    ),
+    "core.store.auditstats.series": lambda s, me, other: auditstats.series(
+        s, me.workspace, audit.Filters(agent_id=other.agent), None, None, 3600, "agent"
+    ),
+    "core.store.auditpages.list_page": lambda s, me, other: auditpages.list_page(
+        s, me.workspace, audit.Filters(agent_id=other.agent), 100
+    ),
     "core.store.chain.head": lambda s, me, other: chain.head(s, me.workspace),
     "core.store.chain.checkpoint": lambda s, me, other: chain.checkpoint(
         s, me.workspace, Ed25519PrivateKey.generate()
@@ -419,7 +439,7 @@ READS: dict[str, Read] = {
     ),
 }
 #: reads whose answer holds no id or text of the objects behind it (a yes or no)
-BLIND = {"core.store.audit.is_export_truncated"}
+BLIND = {"core.store.audit.is_export_truncated", "core.store.auditstats.count"}
 
 #: every write that takes an object's id: from ``me``'s workspace, aimed at ``other``'s objects
 WRITES: dict[str, Read] = {
@@ -460,6 +480,7 @@ CREATES = {
     "core.store.keys.issue_key",
     "core.store.webhooks.create_webhook",
     "core.hotpath.approvals.enqueue",
+    "core.store.auditcounts.add",
 }
 #: scoped, checked by a test of its own below
 OWN_TESTS = {"core.hotpath.approvals.decide": "test_deciding_another_workspaces_approval"}
@@ -479,6 +500,8 @@ UNSCOPED = {
     "core.store.limits.sweep_sessions": "ended windows of every workspace's session counters, "
     "counts only",
     "core.store.paging.paginate": "runs a query its caller built, scoped there",
+    "core.store.auditcounts.fold": "moves every workspace's tallies into its own counts; "
+    "reads out nothing",
     "core.store.database.check_connection": "the database itself, no rows",
     "core.store.migrate.upgrade": "the schema",
     "core.store.migrate.require_current": "the schema",
