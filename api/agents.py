@@ -12,7 +12,7 @@ from api.context import now, principal, services
 from api.params import path_id, read_body, read_paging, read_query
 from core.domain.validation import require_session_id
 from core.hotpath.usage import usage as usage_of
-from core.store import agents
+from core.store import agents, audit
 from core.store.keys import Scope
 
 bp = Blueprint("agents", __name__, url_prefix="/v1/agents")
@@ -71,6 +71,15 @@ def update(agent_id: str) -> dict[str, Any]:
 @requires(Scope.ADMIN)
 def delete(agent_id: str) -> Response:
     wanted = path_id(agent_id)
+    workspace_id = principal().workspace_id
+    # its entries erased a batch a transaction first: other agents' decisions wait for one
+    # batch at most, not for the whole of a long log (a stop midway leaves the agent, some of
+    # its entries erased: deleting it again goes on)
+    while True:
+        with services().db.transaction(write=True) as session:
+            agents.get_agent(session, workspace_id, wanted)
+            if audit.erase(session, workspace_id, wanted, audit.ERASE_BATCH) < audit.ERASE_BATCH:
+                break
     with services().db.transaction(write=True) as session:
-        agents.delete_agent(session, principal().workspace_id, wanted)
+        agents.delete_agent(session, workspace_id, wanted)
     return Response(status=204)

@@ -478,6 +478,42 @@ def test_deleting_an_agent_removes_its_entries_only(client, admin_headers, histo
     assert len(logs(client, admin_headers, agent_id=ghost)["data"]) == 1
 
 
+def test_deleting_an_agent_erases_more_entries_than_one_batch(
+    app, client, admin_headers, workspace, clock
+):
+    """Erased a batch a transaction (audit.ERASE_BATCH): every one of them, none of another
+    agent's, and the chain still verifies with each erased entry in its place."""
+    from core.store import audit as store
+    from core.store import chain
+
+    gone = make_agent(client, admin_headers, "gone")
+    kept = make_agent(client, admin_headers, "kept")
+    count = 2 * store.ERASE_BATCH + 7
+    rows = [
+        {
+            "workspace_id": workspace.id, "agent_id": gone if n % 5 else kept,
+            "agent_exists": True, "key_id": None, "tool_name": f"tool.{n % 3}",
+            "parameters": {"n": n}, "result": "allowed", "policy_id": None,
+            "rule_index": None, "reason": "r", "latency_ms": 1.0,
+            "timestamp": clock.moment + timedelta(milliseconds=n),
+        }
+        for n in range(count)
+    ]  # fmt: skip
+    record_audit_entries(app, rows)
+    theirs = sum(1 for row in rows if row["agent_id"] == gone)
+    assert logs(client, admin_headers, agent_id=gone)["pagination"]["total"] == theirs
+    assert client.delete(f"/v1/agents/{gone}", headers=admin_headers).status_code == 204
+    assert client.get(f"/v1/agents/{gone}", headers=admin_headers).status_code == 404
+    listed = logs(client, admin_headers, limit=1000)
+    assert listed["pagination"]["total"] == count - theirs
+    assert {entry["agentId"] for entry in listed["data"]} == {kept}
+    db = app.extensions["agentauth"].db
+    with db.transaction(snapshot=True) as session:
+        report = chain.verify(session, workspace.id)
+    assert report.ok
+    assert (report.size, report.erased) == (count, theirs)
+
+
 def test_timestamps_are_the_decision_instants(client, admin_headers, history):
     entries = logs(client, admin_headers)["data"]
     by_label = {history["labels"][e["id"]]: parse_ts(e["timestamp"]) for e in entries}
