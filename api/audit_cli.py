@@ -8,6 +8,7 @@ seq and what failed), 2 when it could not run (bad flags, unreadable files, no d
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import os
@@ -26,6 +27,7 @@ from core.domain.auditchain import (
     Checkpoint,
     Finding,
     Run,
+    Start,
     Stopped,
     VerifierKey,
     chain_runs,
@@ -98,9 +100,11 @@ def checkpoint(db: str | None, workspace: str, out: Path | None) -> None:
 )
 @click.option(
     "--export",
-    "export",
+    "exports",
+    multiple=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="a JSONL export (GET /v1/audit-logs/export?format=jsonl) to verify offline",
+    help="a JSONL export (GET /v1/audit-logs/export?format=jsonl) or prune archive (.jsonl.gz)"
+    " to verify offline; repeatable, in seq order (the archives, then a later export)",
 )
 @click.option(
     "--checkpoint",
@@ -120,12 +124,13 @@ def checkpoint(db: str | None, workspace: str, out: Path | None) -> None:
 def verify(
     db: str | None,
     workspace: str | None,
-    export: Path | None,
+    exports: tuple[Path, ...],
     checkpoint_files: tuple[Path, ...],
     public_key: Path | None,
     output: str,
 ) -> None:
     """Recompute every entry's hash and the chain, and hold it against each checkpoint."""
+    export = list(exports) or None
     if (export is None) == (db is None):
         raise click.UsageError("give either --db and --workspace, or --export FILE")
     if export is None and workspace is None:
@@ -174,10 +179,12 @@ def _verify_database(
         _stop(exc.message)
 
 
-def _verify_export(path: Path, checkpoints: list[Checkpoint]) -> ChainReport:
-    """The export checked a range of bytes at a time (by worker processes when it is long, each
-    reading its own range), the ranges stitched here; where something does not hold, read
-    again from a few thousand lines before it to name what."""
+def _verify_export(paths: list[Path], checkpoints: list[Checkpoint]) -> ChainReport:
+    """The exports, one after the other, checked a range of bytes at a time (by worker
+    processes when they are long, each reading its own range; a gzip archive whole), the
+    ranges stitched here; where something does not hold, read again from a few thousand lines
+    before it to name what. An export that starts after seq 1 starts from the checkpoint of
+    the size before it (the one of the archive before it)."""
     origins = {c.origin for c in checkpoints}
     if len(origins) > 1:
         _stop(
@@ -187,16 +194,29 @@ def _verify_export(path: Path, checkpoints: list[Checkpoint]) -> ChainReport:
         )
     marks = frozenset(c.size for c in checkpoints)
     try:
-        size = path.stat().st_size
-        ranges = _byte_ranges(path, size, marks)
-        found = chain_runs(chain.parallel(_check_bytes, ranges, size // _LINE_BYTES), checkpoints)
+        first = next(_all_lines(paths), {}).get("seq")
+        start = Start()
+        if isinstance(first, int) and first > 1:
+            before = [c for c in checkpoints if c.size == first - 1]
+            if not before:
+                detail = (
+                    f"the export starts at {first}: give the checkpoint of size {first - 1}"
+                    " (the archive's before it) to verify it from there"
+                )
+                return ChainReport(0, 0, 0, b"", 0, Finding(first - 1, "missing", detail))
+            start = Start(first - 1, before[0].head)
+        size = sum(path.stat().st_size for path in paths)
+        ranges = [item for path in paths for item in _byte_ranges(path, marks)]
+        runs = chain.parallel(_check_bytes, ranges, size // _LINE_BYTES)
+        found = chain_runs(runs, checkpoints, start)
         if isinstance(found, Stopped):
-            with path.open("rb") as file:
-                rest = itertools.islice(_lines(file), found.index, None)
-                found = verify_chain(rest, checkpoints, start=found.start)
+            rest = itertools.islice(_all_lines(paths), found.index, None)
+            found = verify_chain(rest, checkpoints, start=found.start)
         return found
     except OSError as exc:
-        _stop(f"cannot read {path}: {exc.strerror}")
+        _stop(f"cannot read {exc.filename}: {exc.strerror}")
+    except (EOFError, gzip.BadGzipFile) as exc:  # an archive cut short, or not gzip at all
+        return ChainReport(0, 0, 0, b"", 0, Finding(0, "malformed", f"not a whole archive: {exc}"))
     except _Malformed as exc:
         return ChainReport(0, 0, 0, b"", 0, Finding(0, "malformed", str(exc)))
 
@@ -207,9 +227,14 @@ _RANGE_BYTES = 4 << 20
 
 
 def _byte_ranges(
-    path: Path, size: int, marks: frozenset[int]
+    path: Path, marks: frozenset[int]
 ) -> Iterator[tuple[str, int, int, frozenset[int]]]:
-    """The file in ranges of about _RANGE_BYTES, each ending at the end of a line."""
+    """The file in ranges of about _RANGE_BYTES, each ending at the end of a line (a gzip
+    archive in one range: -1 to -1, read whole)."""
+    if path.suffix == ".gz":
+        yield str(path), -1, -1, marks
+        return
+    size = path.stat().st_size
     with path.open("rb") as file:
         start = 0
         while start < size:
@@ -225,6 +250,9 @@ def _byte_ranges(
 def _check_bytes(item: tuple[str, int, int, frozenset[int]]) -> Run:
     """In a worker: one range of the export's lines, read from the file, checked."""
     name, start, end, marks = item
+    if start < 0:
+        with gzip.open(name, "rb") as archive:
+            return check_lines([line for line in archive if line.strip()], marks)
     with open(name, "rb") as file:
         file.seek(start)
         data = file.read(end - start)
@@ -233,6 +261,13 @@ def _check_bytes(item: tuple[str, int, int, frozenset[int]]) -> Run:
 
 class _Malformed(Exception):
     pass
+
+
+def _all_lines(paths: list[Path]) -> Iterator[dict[str, Any]]:
+    for path in paths:
+        opener: Any = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as file:
+            yield from _lines(file)
 
 
 def _lines(file: Any) -> Iterator[dict[str, Any]]:
@@ -289,6 +324,7 @@ def _print(report: ChainReport, output: str, *, checkpointed: bool) -> None:
             "size": report.size,
             "head": report.head.hex(),
             "checkpoints": report.checkpoints,
+            "start": report.start,
             "failure": None
             if failure is None
             else {"seq": failure.seq, "what": failure.what, "detail": failure.detail},
@@ -298,12 +334,18 @@ def _print(report: ChainReport, output: str, *, checkpointed: bool) -> None:
     if failure is not None:
         click.echo(f"FAILED at seq {failure.seq}: {failure.what}: {failure.detail}")
         return
+    pruned = f", from entry {report.start + 1} (1 to {report.start} pruned)" if report.start else ""
     click.echo(
-        f"ok: {report.entries} entries ({report.erased} erased), head {report.head.hex()};"
-        f" {report.checkpoints} checkpoint(s) matched"
+        f"ok: {report.entries} entries ({report.erased} erased){pruned}, head"
+        f" {report.head.hex()}; {report.checkpoints} checkpoint(s) matched"
     )
     if not checkpointed:
         click.echo(
             "note: no checkpoint given; a log cut short or rebuilt wholesale verifies too"
             " unless a checkpoint taken earlier says otherwise"
         )
+
+
+from api.retention import prune_command  # noqa: E402 - a verb of this group, in its own room
+
+audit.add_command(prune_command)

@@ -21,7 +21,7 @@ from core.domain.clock import isoformat, parse_instant
 from core.domain.cursors import CursorError, open_cursor, seal, secret_of
 from core.domain.errors import ValidationError
 from core.domain.validation import require_session_id, require_uuid
-from core.store import audit, auditpages, auditstats, chain
+from core.store import audit, auditpages, auditstats, chain, retention
 
 bp = Blueprint("audit_logs", __name__, url_prefix="/v1/audit-logs")
 FILTERS = {"agent_id", "session_id", "action", "tool_name", "result", "from", "to"}
@@ -184,7 +184,14 @@ def _export_chain(filters: audit.Filters) -> Response:
     workspace_id = principal().workspace_id
     stack = ExitStack()
     session = stack.enter_context(services().db.transaction(snapshot=True))
-    entries = chain.entries(session, workspace_id, filters.seq_from, filters.seq_to, filters)
+    try:
+        # pruned entries a removal has not reached yet are in an archive already: not here
+        pruned, _ = retention.pruned_head(session, workspace_id)
+    except BaseException:
+        stack.close()
+        raise
+    first = max(filters.seq_from or 1, pruned + 1)
+    entries = chain.entries(session, workspace_id, first, filters.seq_to, filters)
     lines = chain.jsonl(entries)
     response = Response(stream_with_context(lines), mimetype="application/jsonl")
     response.call_on_close(stack.close)

@@ -361,6 +361,9 @@ class ChainReport:
     head: bytes
     checkpoints: int
     failure: Finding | None
+    #: the size it started after: the entries before were pruned (decisions §9), or are in an
+    #: archive before this export
+    start: int = 0
 
     @property
     def ok(self) -> bool:
@@ -412,11 +415,11 @@ def verify_chain(
     naming it; ``window`` entries around it are used to tell a moved entry from a changed one.
     ``entries`` start after ``start`` (the first one is ``start.size + 1``)."""
     wanted: dict[int, list[Checkpoint]] = {}
-    empty: list[Checkpoint] = []  # checkpoints of the empty log, held against hash(0)
+    empty: list[Checkpoint] = []  # checkpoints of the size it starts at
     for checkpoint in checkpoints:
         if checkpoint.size > start.size:
             wanted.setdefault(checkpoint.size, []).append(checkpoint)
-        elif checkpoint.size == 0 == start.size:
+        elif checkpoint.size == start.size:
             empty.append(checkpoint)
     ahead: deque[Mapping[str, Any]] = deque()
     behind: deque[Mapping[str, Any]] = deque(maxlen=window)
@@ -424,13 +427,15 @@ def verify_chain(
     previous, size, erased, matched = start.head, start.size, start.erased, start.matched
 
     def report(failure: Finding | None) -> ChainReport:
-        return ChainReport(size, erased, size, previous, matched, failure)
+        return ChainReport(size - start.size, erased, size, previous, matched, failure, start.size)
 
-    for checkpoint in empty:
-        if checkpoint.head != ZERO_HASH:
-            detail = "the checkpoint of size 0 signs another head than the empty log's"
-            return report(Finding(0, "head differs from checkpoint", detail))
-        matched += 1
+    for checkpoint in empty:  # of the size it starts at: the empty log's, or a pruned head
+        if checkpoint.head != start.head:
+            what = "the empty log's" if start.size == 0 else f"the log's at {start.size}"
+            detail = f"the checkpoint of size {start.size} signs another head than {what}"
+            return report(Finding(start.size, "head differs from checkpoint", detail))
+        if start.size == 0:  # one of a later size was counted where the start was taken
+            matched += 1
 
     while True:
         while len(ahead) <= window:
@@ -565,19 +570,22 @@ class Stopped:
 
 
 def chain_runs(
-    runs: Iterable[Run], checkpoints: Iterable[Checkpoint] = ()
+    runs: Iterable[Run], checkpoints: Iterable[Checkpoint] = (), start: Start = Start()
 ) -> ChainReport | Stopped:
     """Stitch checked runs, in order, and hold them against ``checkpoints`` (whose sizes the
     runs were asked to mark): the report when everything holds, else where to look closer
     (the start of the run before the one that does not hold, so that :func:`verify_chain` sees
-    the entries around it)."""
+    the entries around it). The runs start after ``start``; a checkpoint of its size is held
+    against its head, earlier ones are of entries not given."""
     wanted: dict[int, list[Checkpoint]] = {}
     for checkpoint in checkpoints:
-        wanted.setdefault(checkpoint.size, []).append(checkpoint)
-    if any(c.head != ZERO_HASH for c in wanted.get(0, ())):
-        return Stopped(0, Start())  # verify_chain names it
-    state = earlier = (0, Start())
-    size, head, erased, matched, index = 0, ZERO_HASH, 0, len(wanted.pop(0, ())), 0
+        if checkpoint.size >= start.size:
+            wanted.setdefault(checkpoint.size, []).append(checkpoint)
+    if any(c.head != start.head for c in wanted.get(start.size, ())):
+        return Stopped(0, start)  # verify_chain names it
+    state = earlier = (0, start)
+    size, head, erased, index = start.size, start.head, start.erased, 0
+    matched = start.matched + len(wanted.pop(start.size, ()))
     for run in runs:
         if run.count == 0:
             continue
@@ -595,7 +603,7 @@ def chain_runs(
         earlier, state = state, (index, Start(size, head, erased, matched))
     if wanted:
         return Stopped(earlier[0], earlier[1])
-    return ChainReport(size, erased, size, head, matched, None)
+    return ChainReport(size - start.size, erased, size, head, matched, None, start.size)
 
 
 def _read(entry: Mapping[str, Any]) -> tuple[int, bytes, bytes | None]:

@@ -29,6 +29,7 @@ from core.domain.auditchain import (
     Checkpoint,
     Finding,
     Run,
+    Start,
     Stopped,
     chain_runs,
     check_run,
@@ -175,7 +176,8 @@ def verify(
     *,
     url: str | None = None,
 ) -> ChainReport:
-    """The workspace's chain in the database, verified from seq 1 against ``checkpoints`` and
+    """The workspace's chain in the database, verified from seq 1 (or from its pruned head,
+    decisions §9: the entries before it are in archives) against ``checkpoints`` and
     against its own head row (so that a log cut short, or one entry too long, is named even
     without a checkpoint). Run it in a snapshot transaction: entries committed meanwhile would
     otherwise run past the head read.
@@ -185,6 +187,12 @@ def verify(
     the runs, and where something does not hold, reads on from a few entries before it to name
     what."""
     checkpoints = list(checkpoints)
+    pruned = session.execute(
+        select(AuditHead.pruned_seq, AuditHead.pruned_hash).where(
+            AuditHead.workspace_id == workspace_id
+        )
+    ).first()
+    start = Start() if pruned is None else Start(int(pruned[0]), bytes.fromhex(pruned[1]))
     last = (
         session.scalar(
             select(func.max(AuditEntry.seq)).where(AuditEntry.workspace_id == workspace_id)
@@ -197,13 +205,13 @@ def verify(
     marks = frozenset(c.size for c in checkpoints)
     ranges = [
         (url or "", workspace_id, low, min(low + _RANGE - 1, last), marks)
-        for low in range(1, last + 1, _RANGE)
+        for low in range(start.size + 1, last + 1, _RANGE)
     ]
     if url is not None:
         runs: Iterable[Run] = parallel(_check_range, ranges, last)
     else:
         runs = (check_run(entries(session, workspace_id, r[2], r[3]), marks) for r in ranges)
-    found = chain_runs(runs, checkpoints)
+    found = chain_runs(runs, checkpoints, start)
     if isinstance(found, Stopped):
         rest = entries(session, workspace_id, seq_from=found.start.size + 1)
         found = verify_chain(rest, checkpoints, start=found.start)

@@ -160,6 +160,11 @@ class AuditHead(Base):
     workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger)
     hash: Mapped[str] = mapped_column(String(64))
+    #: the entries up to this seq were archived and pruned (decisions §9); the chain goes on
+    #: from ``pruned_hash``, the hash of entry ``pruned_seq``. The database lets exactly those
+    #: entries be deleted.
+    pruned_seq: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    pruned_hash: Mapped[str] = mapped_column(String(64), server_default="0" * 64)
 
 
 class AuditCount(Base):

@@ -28,6 +28,49 @@ _KINDS = (
 )
 
 
+_ERASED_POSTGRES = """NEW.agent_id = '' AND NEW.action = '' AND NEW.tool_name = ''
+    AND NEW.parameters = '{}'::jsonb AND NEW.result = '' AND NEW.reason = ''
+    AND NEW.latency_ms = 0 AND NEW.key_id IS NULL AND NEW.policy_id IS NULL
+    AND NEW.rule_index IS NULL AND NEW.approval_id IS NULL"""
+
+
+def _postgres_guard(prunable: bool) -> str:
+    """0004's guard (the one update allowed: erasure), with, when ``prunable``, the one delete
+    allowed: of an entry at or before its workspace's pruned head (archived first)."""
+    prune = """IF TG_OP = 'DELETE' AND OLD.seq <= COALESCE(
+           (SELECT pruned_seq FROM audit_heads WHERE workspace_id = OLD.workspace_id), 0) THEN
+           RETURN OLD;
+         END IF;"""
+    return f"""CREATE OR REPLACE FUNCTION audit_log_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         IF TG_OP = 'UPDATE' AND NOT OLD.erased AND NEW.erased AND OLD.agent_ref IS NOT NULL
+            AND NEW.agent_ref IS NULL AND NEW.id = OLD.id
+            AND NEW.workspace_id = OLD.workspace_id
+            AND NEW.seq IS NOT DISTINCT FROM OLD.seq
+            AND NEW.entry_hash IS NOT DISTINCT FROM OLD.entry_hash
+            AND NEW.hash IS NOT DISTINCT FROM OLD.hash AND NEW.timestamp = OLD.timestamp
+            AND {_ERASED_POSTGRES} THEN
+           RETURN NEW;
+         END IF;
+         {prune if prunable else ""}
+         RAISE EXCEPTION 'audit_log is append-only' USING ERRCODE = 'integrity_constraint_violation';
+       END $$"""
+
+
+def _sqlite_delete_guard(prunable: bool) -> list[str]:
+    when = (
+        " WHEN OLD.seq > COALESCE((SELECT pruned_seq FROM audit_heads"
+        " WHERE workspace_id = OLD.workspace_id), 0)"
+        if prunable
+        else ""
+    )
+    return [
+        "DROP TRIGGER audit_log_no_delete",
+        f"CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log{when}"
+        " BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END",
+    ]
+
+
 def upgrade() -> None:
     op.create_table(
         "audit_counts",
@@ -62,7 +105,22 @@ def upgrade() -> None:
     op.create_index(
         "ix_audit_workspace_tool_time", "audit_log", ["workspace_id", "tool_name", "timestamp", "id"]
     )
+    # retention (decisions §9): where each chain was pruned, and the guards that let exactly the
+    # entries up to there be deleted
+    op.add_column(
+        "audit_heads",
+        sa.Column("pruned_seq", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    )
+    op.add_column(
+        "audit_heads",
+        sa.Column("pruned_hash", sa.String(64), nullable=False, server_default="0" * 64),
+    )
     bind = op.get_bind()
+    if bind.dialect.name == "sqlite":
+        for statement in _sqlite_delete_guard(prunable=True):
+            bind.exec_driver_sql(statement)
+    else:
+        bind.exec_driver_sql(_postgres_guard(prunable=True))
     if bind.dialect.name == "sqlite":
         second = "CAST(strftime('%s', timestamp) AS INTEGER)"
     else:
@@ -84,6 +142,15 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    bind = op.get_bind()
+    if bind.dialect.name == "sqlite":
+        for statement in _sqlite_delete_guard(prunable=False):
+            bind.exec_driver_sql(statement)
+    else:
+        bind.exec_driver_sql(_postgres_guard(prunable=False))
+    with op.batch_alter_table("audit_heads") as batch:
+        batch.drop_column("pruned_hash")
+        batch.drop_column("pruned_seq")
     op.drop_index("ix_audit_tallies_workspace", table_name="audit_tallies")
     op.drop_table("audit_tallies")
     op.drop_index("ix_audit_workspace_tool_time", table_name="audit_log")

@@ -1,0 +1,185 @@
+"""One prune of one workspace's audit log (decisions §9), as ``agentauth audit prune`` and the
+retention of ``agentauth serve`` run it: the steps of ``core.store.retention`` in order, with
+the prune's own audit entry (``action`` ``audit.prune``) chained after the archive verified
+and before the entries go, so the log that continues records it.
+
+A run first completes a removal that a stopped run left; a stop at any point loses no entry
+(an entry is removed only once a verified archive holds it) and the next run completes the
+work (written again, the same archive has the same name; recorded once, a pruned head only
+moves forward).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import NoReturn
+
+import click
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from core.config import DATABASE_URL_HELP, Settings
+from core.domain import ids
+from core.domain.auditchain import ChainReport, Checkpoint, parse_note
+from core.domain.clock import Clock, parse_instant, utc_now
+from core.domain.errors import AgentAuthError
+from core.hotpath.recorder import Recorder
+from core.store import audit, retention, signing
+from core.store.database import Database
+from core.store.migrate import open_database
+from core.store.models import Workspace
+
+#: the agent id an audit entry of the service itself names (a prune): the nil UUID
+SERVICE = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What a prune did: the range it took (None: nothing was before the cut), where its
+    archive and checkpoint are, the archive's verification, and how many entries went."""
+
+    taken: retention.Plan | None
+    archive: Path | None = None
+    checkpoint: Path | None = None
+    report: ChainReport | None = None
+    removed: int = 0
+    #: entries a stopped prune had archived and recorded, removed first
+    resumed: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.report is None or self.report.ok
+
+
+def prune(
+    db: Database,
+    key: Ed25519PrivateKey,
+    workspace_id: str,
+    name: str,
+    before: datetime,
+    folder: Path,
+    clock: Clock,
+    *,
+    dry_run: bool = False,
+) -> Pruned:
+    """Archive, verify, record and remove the entries before ``before``; with ``dry_run``,
+    only say what that would take."""
+    resumed = 0 if dry_run else retention.remove(db, workspace_id)  # what a stop left
+    with db.transaction() as session:
+        taken = retention.plan(session, workspace_id, before)
+    if taken is None:
+        return Pruned(None, resumed=resumed)
+    archive, note = retention.archive_paths(folder, name, taken)
+    if dry_run:
+        return Pruned(taken, archive, note)
+    archive, note = retention.write_archive(db, taken, folder, name, key)
+    checkpoint = Checkpoint.parse(parse_note(note.read_text(encoding="utf-8")).text)
+    report = retention.verify_archive(archive, checkpoint, taken)
+    if not report.ok:
+        return Pruned(taken, archive, note, report, resumed=resumed)
+    _audit_the_prune(db, workspace_id, taken, archive, clock)
+    with db.transaction(write=True) as session:
+        retention.record(session, taken, checkpoint.head)
+    removed = retention.remove(db, workspace_id)
+    return Pruned(taken, archive, note, report, removed, resumed)
+
+
+def _audit_the_prune(
+    db: Database, workspace_id: str, taken: retention.Plan, archive: Path, clock: Clock
+) -> None:
+    now = clock()
+    row = audit.entry(
+        workspace_id=workspace_id,
+        agent_id=SERVICE,
+        agent_exists=False,
+        key_id=None,
+        tool_name="audit.prune",
+        parameters={"first": taken.first, "last": taken.last, "archive": archive.name},
+        result="allowed",
+        policy_id=None,
+        rule_index=None,
+        reason=f"pruned entries {taken.first} to {taken.last}, archived in {archive.name}",
+        latency_ms=0.0,
+        timestamp=now,
+        action="audit.prune",
+    )
+    recorder = Recorder.for_database(db)
+    try:
+        recorder.run(lambda batch: batch.append_audit(row))
+    finally:
+        recorder.close()
+
+
+@click.command("prune")
+@click.option("--db", help=DATABASE_URL_HELP)
+@click.option("--workspace", required=True, help="the workspace's name")
+@click.option(
+    "--before",
+    required=True,
+    help="ISO 8601 instant: the entries up to the newest one before it are archived and pruned",
+)
+@click.option(
+    "--archive",
+    "folder",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="the folder the archive and its checkpoint are written to",
+)
+@click.option("--dry-run", is_flag=True, help="say what would be archived and removed, do nothing")
+def prune_command(db: str | None, workspace: str, before: str, folder: Path, dry_run: bool) -> None:
+    """Archive the oldest entries, verify the archive, then remove them from the database.
+
+    Writes <WORKSPACE>-<first>-<last>.jsonl.gz (the JSONL export's lines) and its signed
+    .checkpoint to --archive; exits 1, removing nothing, when the archive does not verify."""
+    try:
+        cut = parse_instant(before)
+    except ValueError:
+        raise click.BadParameter("must be an ISO 8601 date-time", param_hint="--before") from None
+    try:
+        settings = Settings.from_env(database_url=db)
+        key = signing.load_or_create(settings, create=False)
+        database = open_database(settings, write=not dry_run)
+    except AgentAuthError as exc:
+        _stop(exc.message)
+    try:
+        with database.transaction() as session:
+            workspace_id = ids.workspace_id(workspace)
+            if session.get(Workspace, workspace_id) is None:
+                _stop(f"no workspace named {workspace!r} in this database")
+        done = prune(database, key, workspace_id, workspace, cut, folder, utc_now, dry_run=dry_run)
+    except (AgentAuthError, retention.ArchiveError, OSError) as exc:
+        _stop(getattr(exc, "message", None) or str(exc))
+    finally:
+        database.dispose()
+    _say(done, before, dry_run)
+    sys.exit(0 if done.ok else 1)
+
+
+def _say(done: Pruned, before: str, dry_run: bool) -> None:
+    if done.resumed:
+        click.echo(f"removed {done.resumed} entries a stopped prune had archived")
+    taken = done.taken
+    if taken is None:
+        click.echo(f"nothing to prune: no entry before {before} that is not pruned already")
+        return
+    what = f"entries {taken.first} to {taken.last} ({taken.count})"
+    if dry_run:
+        click.echo(f"would archive {what} to {done.archive} and remove them (dry run)")
+        return
+    if done.report is not None and not done.report.ok:
+        failure = done.report.failure
+        assert failure is not None
+        click.echo(
+            f"FAILED: the archive {done.archive} does not verify at seq {failure.seq}:"
+            f" {failure.what}: {failure.detail}; nothing was removed"
+        )
+        return
+    click.echo(f"archived {what} to {done.archive}, checkpoint {done.checkpoint}; verified")
+    click.echo(f"removed {done.removed} entries: pruned 1 to {taken.last}")
+
+
+def _stop(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)

@@ -1,0 +1,225 @@
+"""Retention by archive-then-prune (decisions §9): ``agentauth audit prune`` writes the oldest
+entries to a gzip JSONL archive with a signed checkpoint, verifies it, and only then removes
+them; the log that goes on still verifies, from the pruned head, against the database and
+offline across archive and export; a prune stopped after any step loses nothing and the next
+run completes it. On SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import secrets
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from api import create_app
+from core.config import Settings
+from core.domain.auditchain import Checkpoint, parse_note
+from core.domain.clock import isoformat
+from core.domain.errors import StorageError
+from core.store import retention
+from tests.api.test_audit_chain import listed
+from tests.audit_chain import AuditLog, fresh_database, verify
+from tests.conftest import FakeClock, Tenant
+
+KEPT = 3
+
+
+@pytest.fixture
+def log(tmp_path: Path, audit_key_file: str, clock: FakeClock) -> Iterator[AuditLog]:
+    """A workspace's log on a database of this test's own (a test that tampers takes its
+    guards away), with one agent allowed calendar.*."""
+    with fresh_database(tmp_path) as url:
+        settings = Settings(database_url=url, audit_key_file=audit_key_file)
+        app = create_app(settings, clock=clock)
+        try:
+            tenant = Tenant(app, f"prune-{secrets.token_hex(4)}", clock)
+            yield AuditLog(app, tenant, url, audit_key_file, tmp_path)
+        finally:
+            app.extensions["agentauth"].close()
+
+
+@pytest.fixture
+def aged(log: AuditLog, clock) -> dict[str, Any]:
+    """Five decisions, then an hour later three more: the cut falls between them."""
+    log.decide(5)
+    cut = clock.moment + timedelta(seconds=1)
+    clock.advance(3600)
+    log.decide(KEPT)
+    return {"cut": isoformat(cut), "before": log.checkpoint_file()}
+
+
+def _prune(log: AuditLog, cut: str, folder: Path, *extra: str) -> Any:
+    return log.cli(
+        "prune", "--db", log.database_url, "--before", cut, "--archive", folder, *extra,
+        workspace=True,
+    )  # fmt: skip
+
+
+def _archive(folder: Path, log: AuditLog, first: int, last: int) -> tuple[Path, Path]:
+    stem = f"{log.workspace.name}-{first}-{last}"
+    return folder / f"{stem}.jsonl.gz", folder / f"{stem}.checkpoint"
+
+
+def test_prune_archives_verifies_then_removes(log, aged, tmp_path):
+    folder = tmp_path / "archive"
+    result = _prune(log, aged["cut"], folder)
+    assert result.exit_code == 0, result.output
+    archive, note = _archive(folder, log, 1, 5)
+    assert "archived entries 1 to 5 (5)" in result.stdout
+    assert [line["seq"] for line in _archived(archive)] == [1, 2, 3, 4, 5]
+    assert Checkpoint.parse(parse_note(note.read_text()).text).size == 5
+    # the list, the totals and the export skip the pruned entries; the prune is an entry
+    entries = listed(log)
+    assert [e["seq"] for e in entries] == [9, 8, 7, 6]
+    prune_entry = entries[0]
+    assert prune_entry["action"] == "audit.prune"
+    assert "1 to 5" in prune_entry["reason"]
+    assert archive.name in prune_entry["reason"]
+    total = log.client.get("/v1/audit-logs", headers=log.headers).json["pagination"]["total"]
+    assert total == KEPT + 1
+    assert [line["seq"] for line in log.export()] == [6, 7, 8, 9]
+    # the checkpoint endpoint keeps answering the whole log's size
+    assert log.checkpoint_note().split("\n")[1] == "9"
+
+
+def test_the_log_verifies_after_a_prune_in_the_database_and_offline(log, aged, tmp_path):
+    folder = tmp_path / "archive"
+    assert _prune(log, aged["cut"], folder).exit_code == 0
+    archive, note = _archive(folder, log, 1, 5)
+    # the database, from the pruned head, against a checkpoint taken before the prune
+    verdict = log.verify_db(aged["before"])
+    assert verdict.code == 0, verdict.report
+    assert verdict.report["start"] == 5
+    assert verdict.report["checkpoints"] == 1
+    now = log.checkpoint_file()
+    key = log.public_key_file()
+    live = log.export_file()
+    cases = [
+        ["--export", archive, "--checkpoint", note],  # the archive alone
+        ["--export", live, "--checkpoint", note, "--checkpoint", now],  # the rest, from it
+        ["--export", archive, "--export", live, "--checkpoint", now],  # both, in order
+    ]
+    for flags in cases:
+        verdict = verify(log.key_file, *flags, "--public-key", key)
+        assert verdict.code == 0, (flags, verdict.report)
+    # the export that goes on does not verify alone: it does not start at 1
+    verdict = verify(log.key_file, "--export", live, "--checkpoint", now, "--public-key", key)
+    assert verdict.failure == (5, "missing")
+
+
+def test_a_changed_kept_entry_still_fails_verification(log, aged, tmp_path):
+    assert _prune(log, aged["cut"], tmp_path / "archive").exit_code == 0
+    with log.as_superuser() as session:
+        session.execute(
+            text("UPDATE audit_log SET reason = 'rewritten' WHERE workspace_id = :w AND seq = 7"),
+            {"w": log.workspace.id},
+        )
+    verdict = log.verify_db()
+    assert verdict.failure == (7, "changed")
+
+
+def test_a_dry_run_says_what_and_changes_nothing(log, aged, tmp_path):
+    folder = tmp_path / "archive"
+    result = _prune(log, aged["cut"], folder, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "would archive entries 1 to 5 (5)" in result.stdout
+    assert not folder.exists()
+    assert len(listed(log)) == 5 + KEPT
+
+
+def test_nothing_before_the_cut_prunes_nothing(log, tmp_path):
+    log.decide(2)
+    result = _prune(log, "2000-01-01T00:00:00Z", tmp_path / "archive")
+    assert result.exit_code == 0, result.output
+    assert "nothing to prune" in result.stdout
+    assert len(listed(log)) == 2
+
+
+@pytest.mark.parametrize("before", ["yesterday", "2026-13-01T00:00:00Z"])
+def test_a_bad_cut_exits_2_changing_nothing(log, tmp_path, before):
+    log.decide(1)
+    result = _prune(log, before, tmp_path / "archive")
+    assert result.exit_code == 2
+    assert "--before" in result.output
+    assert len(listed(log)) == 1
+
+
+def test_an_entry_past_the_pruned_head_cannot_be_deleted(log, aged, tmp_path):
+    assert _prune(log, aged["cut"], tmp_path / "archive").exit_code == 0
+    with pytest.raises(StorageError), log.db.transaction(write=True) as session:
+        session.execute(
+            text("DELETE FROM audit_log WHERE workspace_id = :w AND seq = 6"),
+            {"w": log.workspace.id},
+        )
+    assert _rows(log)[0] == 6
+
+
+# ------------------------------------------------------------- a prune stopped midway
+
+
+def _archived(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path) as file:
+        return [json.loads(line) for line in file.read().splitlines()]
+
+
+def _plan(log: AuditLog, cut: str) -> retention.Plan:
+    from core.domain.clock import parse_instant
+
+    with log.db.transaction() as session:
+        taken = retention.plan(session, log.workspace.id, parse_instant(cut))
+    assert taken is not None
+    return taken
+
+
+def _rows(log: AuditLog) -> list[int]:
+    with log.db.transaction() as session:
+        return [
+            int(seq)
+            for (seq,) in session.execute(
+                text("SELECT seq FROM audit_log WHERE workspace_id = :w ORDER BY seq"),
+                {"w": log.workspace.id},
+            )
+        ]
+
+
+@pytest.mark.parametrize("stopped_after", ["archive", "record", "part-of-the-removal"])
+def test_a_prune_stopped_after_any_step_loses_nothing_and_the_next_completes(
+    log,
+    aged,
+    tmp_path,
+    stopped_after,
+):
+    """What each step leaves when the process is killed right after it (each step commits
+    or syncs before the next begins): the next run completes the prune."""
+    folder = tmp_path / "archive"
+    taken = _plan(log, aged["cut"])
+    key = log.app.extensions["agentauth"].audit_key()
+    archive, note = retention.write_archive(log.db, taken, folder, log.workspace.name, key)
+    if stopped_after != "archive":
+        checkpoint = Checkpoint.parse(parse_note(note.read_text()).text)
+        with log.db.transaction(write=True) as session:
+            retention.record(session, taken, checkpoint.head)
+    if stopped_after == "part-of-the-removal":
+        with log.db.transaction(write=True) as session:  # what one batch of a removal does
+            session.execute(
+                text("DELETE FROM audit_log WHERE workspace_id = :w AND seq <= 2"),
+                {"w": log.workspace.id},
+            )
+    # nothing lost: every entry is in the database or in the verified archive
+    kept = _rows(log)
+    archived = [line["seq"] for line in _archived(archive)]
+    assert sorted(set(kept) | set(archived)) == list(range(1, 5 + KEPT + 1))
+    verdict = log.verify_db(aged["before"])
+    assert verdict.code == 0, verdict.report
+    result = _prune(log, aged["cut"], folder)
+    assert result.exit_code == 0, result.output
+    assert _rows(log)[0] > 5
+    verdict = log.verify_db(aged["before"])
+    assert verdict.code == 0, verdict.report
+    assert verdict.report["start"] == 5
