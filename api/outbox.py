@@ -9,7 +9,9 @@
   minute: per-session counters whose window is over are removed (decisions §8); and
   :func:`fold_tallies` every second: the audit counts' tallies that decisions wrote move into
   the rollup rows (decisions §9), so that readers have few tallies to add; and, with
-  ``AGENTAUTH_CHECKPOINT_FILE`` set, keeps checkpoints in that file (``api.checkpoint_file``).
+  ``AGENTAUTH_CHECKPOINT_FILE`` set, keeps checkpoints in that file (``api.checkpoint_file``);
+  and with ``AGENTAUTH_AUDIT_RETENTION_DAYS`` set, archives and prunes older entries at start
+  and every hour (``api.retention``).
 - :class:`DeliveryProcess` is how ``agentauth serve`` runs it: one child process per server
   (``python -m api.outbox``), started once the metrics folder exists and stopped by its PID
   when the server stops (SIGTERM, then SIGKILL). Not a thread of the server's master, which
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -40,6 +43,7 @@ from typing import Any
 from api.checkpoint_file import CheckpointFile
 from api.delivery import deliver, event_body
 from api.metrics import WEBHOOK_DELIVERIES
+from api.retention import prune_every_workspace
 from core.config import Settings
 from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
@@ -61,6 +65,8 @@ PARALLEL = 8
 SWEEP_SECONDS = 60.0
 #: how often it folds the audit counts' tallies
 FOLD_SECONDS = 1.0
+#: how often it archives and prunes the entries past the retention (and once at start)
+RETENTION_SECONDS = 3600.0
 #: the metric's label for each recorded outcome
 RESULTS = {
     DeliveryStatus.DELIVERED: "delivered",
@@ -157,12 +163,14 @@ class Worker:
         poll_seconds: float = POLL_SECONDS,
         counts_db: Database | None = None,
         checkpoints: CheckpointFile | None = None,
+        retention: Callable[[], object] | None = None,
     ) -> None:
         """``counts_db``: the database the fold writes through (``db`` by default);
         ``checkpoints``: the file to keep checkpoints in, if any."""
         self._db, self._clock, self._allow_private = db, clock, allow_private
         self._counts_db = counts_db or db
         self._checkpoints = checkpoints
+        self._retention = retention
         self._poll = poll_seconds
         self._stopping = threading.Event()
         self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="webhook-try")
@@ -185,7 +193,9 @@ class Worker:
         if self._checkpoints is not None:
             keep = partial(self._checkpoints.tick, self._db)
             chores.append((1.0, "checkpoint", lambda: keep(time.monotonic())))
-        last = [0.0] * len(chores)  # monotonic time each chore last ran
+        if self._retention is not None:
+            chores.append((RETENTION_SECONDS, "audit retention", self._retention))
+        last = [-math.inf] * len(chores)  # monotonic time each chore last ran: each runs at once
         while not self._stopping.is_set():
             for index, (every, name, chore) in enumerate(chores):
                 if time.monotonic() - last[index] < every:
@@ -248,6 +258,21 @@ class DeliveryProcess:
             self.process.wait()
 
 
+def _retain(db: Database, key: Any, days: int, folder: str) -> None:
+    """One pass of the retention, each workspace's outcome logged."""
+    for name, pruned in prune_every_workspace(db, key, days, Path(folder), utc_now):
+        taken = pruned.taken
+        fields: dict[str, Any] = {"workspace": name, "resumed": pruned.resumed}
+        if taken is not None:
+            fields.update(first=taken.first, last=taken.last, archive=str(pruned.archive))
+        if pruned.ok:
+            log.info(json.dumps({"message": "audit entries archived and pruned", **fields}))
+        else:
+            log.error(
+                json.dumps({"message": "audit archive did not verify: nothing pruned", **fields})
+            )
+
+
 def main() -> None:
     """The child's life: deliver until SIGTERM or SIGINT, or until the server that started it
     is gone (killed with SIGKILL, it could not say so)."""
@@ -277,12 +302,23 @@ def main() -> None:
         else:
             path = Path(settings.checkpoint_file)
             checkpoints = CheckpointFile(path, settings.checkpoint_interval_seconds, key)
+    keep_for = None
+    if settings.audit_retention_days:
+        try:
+            signer = signing.load_or_create(settings, create=False)
+        except AgentAuthError as exc:
+            log.error(json.dumps({"message": f"no retention: {exc.message}"}))
+        else:
+            keep_for = partial(
+                _retain, db, signer, settings.audit_retention_days, settings.audit_archive_dir
+            )
     worker = Worker(
         db,
         utc_now,
         allow_private=settings.webhook_allow_private,
         counts_db=counts_db,
         checkpoints=checkpoints,
+        retention=keep_for,
     )
     worker.start()
     while not stopping.wait(1.0) and os.getppid() == parent:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NoReturn
 
 import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import select
 
 from core.config import DATABASE_URL_HELP, Settings
 from core.domain import ids
@@ -84,6 +85,22 @@ def prune(
         retention.record(session, taken, checkpoint.head)
     removed = retention.remove(db, workspace_id)
     return Pruned(taken, archive, note, report, removed, resumed)
+
+
+def prune_every_workspace(
+    db: Database, key: Ed25519PrivateKey, days: int, folder: Path, clock: Clock
+) -> list[tuple[str, Pruned]]:
+    """The retention of ``agentauth serve``: each workspace's entries older than ``days``
+    archived into ``folder`` and pruned; what came of each workspace that had any."""
+    with db.transaction() as session:
+        workspaces = session.execute(select(Workspace.id, Workspace.name)).all()
+    cut = clock() - timedelta(days=days)
+    done = []
+    for workspace_id, name in workspaces:
+        pruned = prune(db, key, workspace_id, name, cut, folder, clock)
+        if pruned.taken is not None or pruned.resumed:
+            done.append((name, pruned))
+    return done
 
 
 def _audit_the_prune(

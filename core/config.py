@@ -56,6 +56,10 @@ class Settings:
     #: file ("" for none), at most every ``checkpoint_interval_seconds`` (decisions §9)
     checkpoint_file: str = ""
     checkpoint_interval_seconds: int = 60
+    #: ``agentauth serve`` archives and prunes each workspace's entries older than this many
+    #: days into ``audit_archive_dir`` (decisions §9); 0 and "" keep everything
+    audit_retention_days: int = 0
+    audit_archive_dir: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -79,6 +83,8 @@ class Settings:
             audit_key=env.get("AGENTAUTH_AUDIT_KEY", ""),
             checkpoint_file=env.get("AGENTAUTH_CHECKPOINT_FILE", ""),
             checkpoint_interval_seconds=_int(env, "AGENTAUTH_CHECKPOINT_INTERVAL_SECONDS", 60),
+            audit_retention_days=_int(env, "AGENTAUTH_AUDIT_RETENTION_DAYS", 0),
+            audit_archive_dir=env.get("AGENTAUTH_AUDIT_ARCHIVE_DIR", ""),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.check()
@@ -98,6 +104,13 @@ class Settings:
             raise ConfigError("AGENTAUTH_MAX_POLICY_REPO_BYTES must be at least 1")
         if not 1 <= self.checkpoint_interval_seconds <= 86400:
             raise ConfigError("AGENTAUTH_CHECKPOINT_INTERVAL_SECONDS must be between 1 and 86400")
+        if self.audit_retention_days < 0:
+            raise ConfigError("AGENTAUTH_AUDIT_RETENTION_DAYS must be a whole number of days")
+        if bool(self.audit_retention_days) != bool(self.audit_archive_dir):
+            raise ConfigError(
+                "AGENTAUTH_AUDIT_RETENTION_DAYS and AGENTAUTH_AUDIT_ARCHIVE_DIR go together: set"
+                " both to archive and prune old audit entries, or neither to keep everything"
+            )
         if self.sqlite_synchronous not in SQLITE_SYNC_MODES:
             raise ConfigError(
                 "AGENTAUTH_SQLITE_SYNCHRONOUS must be one of " + ", ".join(SQLITE_SYNC_MODES)

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import secrets
+import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,11 +26,12 @@ from api import create_app
 from core.config import Settings
 from core.domain.auditchain import Checkpoint, parse_note
 from core.domain.clock import isoformat
-from core.domain.errors import StorageError
+from core.domain.errors import ConfigError, StorageError
 from core.store import retention
 from tests.api.test_audit_chain import listed
 from tests.audit_chain import AuditLog, fresh_database, verify
 from tests.conftest import FakeClock, Tenant
+from tests.server import running_server
 
 KEPT = 3
 
@@ -223,3 +229,68 @@ def test_a_prune_stopped_after_any_step_loses_nothing_and_the_next_completes(
     verdict = log.verify_db(aged["before"])
     assert verdict.code == 0, verdict.report
     assert verdict.report["start"] == 5
+
+
+# ------------------------------------------------------------------- retention in serve
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"AGENTAUTH_AUDIT_RETENTION_DAYS": "30"},
+        {"AGENTAUTH_AUDIT_ARCHIVE_DIR": "/var/lib/agentauth/archive"},
+    ],
+    ids=["days-alone", "folder-alone"],
+)
+def test_serve_refuses_half_a_retention_saying_why(environment, tmp_path):
+    with pytest.raises(ConfigError, match="go together"):
+        Settings.from_env(environment)
+    env = {k: v for k, v in os.environ.items() if "RETENTION" not in k and "ARCHIVE" not in k}
+    done = subprocess.run(
+        [sys.executable, "-m", "controller", "serve", "--port", "1", "--db",
+         f"sqlite:///{tmp_path / 'never.db'}"],
+        env={**env, **environment}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "AGENTAUTH_AUDIT_RETENTION_DAYS and AGENTAUTH_AUDIT_ARCHIVE_DIR" in done.stderr
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_serve_archives_and_prunes_what_is_older_than_the_retention(
+    database_url, workspace, app, tmp_path, cli
+):
+    """The real thing: entries of 40 days ago and of now; serve with a retention of 30 days
+    archives and prunes the old ones at start, and the log verifies from there."""
+    from core.domain.clock import utc_now
+    from tests.api.helpers import record_audit_entries
+
+    now = utc_now()
+    rows = [
+        {
+            "workspace_id": workspace.id, "agent_id": str(uuid.uuid4()), "agent_exists": False,
+            "key_id": None, "tool_name": "calendar.read", "parameters": {"n": n},
+            "result": "allowed", "policy_id": None, "rule_index": None, "reason": "r",
+            "latency_ms": 1.0,
+            "timestamp": now - timedelta(days=40 if n < 4 else 0, seconds=10 - n),
+        }
+        for n in range(6)
+    ]  # fmt: skip
+    workspace.key("admin")  # the workspace exists
+    record_audit_entries(app, rows)
+    folder = tmp_path / "archive"
+    env = {"AGENTAUTH_AUDIT_RETENTION_DAYS": "30", "AGENTAUTH_AUDIT_ARCHIVE_DIR": str(folder)}
+    archive = folder / f"{workspace.name}-1-4.jsonl.gz"
+    with running_server(database_url, workers=1, env=env):
+        deadline = time.monotonic() + 30
+        while not (archive.exists() and _pruned_to(app, workspace.id) == 4):
+            assert time.monotonic() < deadline, "nothing pruned within the deadline"
+            time.sleep(0.05)  # polling the database, bounded by the deadline
+    result = cli("audit", "verify", "--workspace", workspace.name)
+    assert result.exit_code == 0, result.output
+    assert "1 to 4 pruned" in result.output
+    assert [line["seq"] for line in _archived(archive)] == [1, 2, 3, 4]
+
+
+def _pruned_to(app: Any, workspace_id: str) -> int:
+    with app.extensions["agentauth"].db.transaction() as session:
+        return retention.pruned_head(session, workspace_id)[0]

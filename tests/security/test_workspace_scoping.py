@@ -54,6 +54,7 @@ from core.store import (
     chain,
     keys,
     policies,
+    retention,
     sync_status,
     webhooks,
 )
@@ -408,6 +409,8 @@ READS: dict[str, Read] = {
     "core.store.auditpages.list_page": lambda s, me, other: auditpages.list_page(
         s, me.workspace, audit.Filters(agent_id=other.agent), 100
     ),
+    "core.store.retention.pruned_head": lambda s, me, other: retention.pruned_head(s, me.workspace),
+    "core.store.retention.plan": lambda s, me, other: retention.plan(s, me.workspace, LATER),
     "core.store.chain.head": lambda s, me, other: chain.head(s, me.workspace),
     "core.store.chain.checkpoint": lambda s, me, other: chain.checkpoint(
         s, me.workspace, Ed25519PrivateKey.generate()
@@ -439,7 +442,13 @@ READS: dict[str, Read] = {
     ),
 }
 #: reads whose answer holds no id or text of the objects behind it (a yes or no)
-BLIND = {"core.store.audit.is_export_truncated", "core.store.auditstats.count"}
+BLIND = {
+    "core.store.audit.is_export_truncated",
+    "core.store.auditstats.count",
+    # where the chain was pruned, and the range a prune would take: sizes and hashes
+    "core.store.retention.pruned_head",
+    "core.store.retention.plan",
+}
 
 #: every write that takes an object's id: from ``me``'s workspace, aimed at ``other``'s objects
 WRITES: dict[str, Read] = {
@@ -481,6 +490,8 @@ CREATES = {
     "core.store.webhooks.create_webhook",
     "core.hotpath.approvals.enqueue",
     "core.store.auditcounts.add",
+    # deletes the workspace's own entries up to its pruned head, naming nothing else
+    "core.store.retention.remove",
 }
 #: scoped, checked by a test of its own below
 OWN_TESTS = {"core.hotpath.approvals.decide": "test_deciding_another_workspaces_approval"}
@@ -502,6 +513,9 @@ UNSCOPED = {
     "core.store.paging.paginate": "runs a query its caller built, scoped there",
     "core.store.auditcounts.fold": "moves every workspace's tallies into its own counts; "
     "reads out nothing",
+    "core.store.retention.write_archive": "archives the range of a Plan that plan() made for "
+    "one workspace",
+    "core.store.retention.record": "moves the pruned head of a Plan's own workspace",
     "core.store.database.check_connection": "the database itself, no rows",
     "core.store.migrate.upgrade": "the schema",
     "core.store.migrate.require_current": "the schema",
