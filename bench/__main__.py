@@ -722,6 +722,23 @@ def run_verify(entries: int) -> bool:
     return True
 
 
+def run_scale(entries: int, database_url: str | None) -> None:
+    from bench import audit_scale
+
+    print("## 6. The audit log at scale\n")
+    print(
+        "A log written through the recorder (50 agents calling 12 of 200 tools each, 30 days), "
+        "`agentauth serve` in front of it, each read asked "
+        f"{audit_scale.REPEAT} times over HTTP; every total checked against `COUNT(*)`.\n",
+        flush=True,
+    )
+    for url, store in ((None, "SQLite"), (database_url, "PostgreSQL")):
+        if store == "PostgreSQL" and url is None:
+            continue
+        log, timings = audit_scale.bench_scale(entries, url)
+        audit_scale.report(log, timings, store)
+
+
 def main() -> int:
     from bench.http_compare import HttpConfig
     from bench.peer_compare import PeerConfig
@@ -786,7 +803,13 @@ def main() -> int:
         "--skip",
         action="append",
         default=[],
-        choices=["engines", "http", "profile", "plan", "verify"],
+        choices=["engines", "http", "profile", "plan", "verify", "scale"],
+    )
+    parser.add_argument(
+        "--scale-entries",
+        type=int,
+        default=1_000_000,
+        help="the audit log the reads at scale are timed on (with --database-url: PostgreSQL too)",
     )
     parser.add_argument(
         "--verify-entries", type=int, default=1_000_000, help="the audit log verify measures"
@@ -849,6 +872,8 @@ def main() -> int:
         ok = run_plan() and ok
     if "verify" not in args.skip:
         ok = run_verify(args.verify_entries) and ok
+    if "scale" not in args.skip:
+        run_scale(args.scale_entries, args.database_url)
     return 0 if ok else 1
 
 

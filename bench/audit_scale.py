@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import random
 import statistics
 import sys
@@ -277,18 +276,10 @@ def _counter(url: str, workspace_id: str) -> Callable[[dict[str, Any]], int]:
     return count
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--entries", type=int, default=1_000_000)
-    parser.add_argument("--database-url", default=None)
-    args = parser.parse_args(argv)
-    with database(args.database_url) as (url, folder):
-        log = build_log(url, args.entries, folder)
-        print(
-            f"wrote {args.entries:,} entries in {log['write_seconds']:.0f} s"
-            f" (folded in {log['fold_seconds']:.1f} s)",
-            flush=True,
-        )
+def bench_scale(entries: int, database_url: str | None) -> tuple[dict[str, Any], list[Timing]]:
+    """The log written, ``agentauth serve`` in front of it, the reads timed."""
+    with database(database_url) as (url, folder):
+        log = build_log(url, entries, folder)
         env = server_env()
         env["AGENTAUTH_AUDIT_KEY_FILE"] = str(folder / "audit.key")
         key = create_admin_key(url, env)
@@ -298,12 +289,32 @@ def main(argv: list[str] | None = None) -> int:
         ready = lambda: http("GET", base + "/healthz")[0] == 200  # noqa: E731
         with running(command, env, folder / "serve.log", ready):
             timings = time_reads(base, key, log, _counter(url, log["workspace_id"]))
-    store = "PostgreSQL" if args.database_url else "SQLite"
-    print(f"\n| read ({store}, {args.entries:,} entries) | median ms | p95 ms | |")
+        if url.startswith("sqlite:///"):
+            log["bytes"] = Path(url.removeprefix("sqlite:///")).stat().st_size
+    return log, timings
+
+
+def report(log: dict[str, Any], timings: list[Timing], store: str) -> None:
+    """The table, in Markdown."""
+    size = f", {log['bytes'] / log['entries']:,.0f} bytes an entry" if "bytes" in log else ""
+    print(
+        f"{log['entries']:,} entries on {store}: written in {log['write_seconds']:.0f} s, "
+        f"tallies folded in {log['fold_seconds']:.1f} s{size}.\n"
+    )
+    print("| read | median ms | p95 ms | |")
     print("|---|---|---|---|")
     for t in timings:
         print(f"| {t.name} | {t.median_ms:.1f} | {t.p95_ms:.1f} | {t.detail} |")
-    print(json.dumps({"entries": args.entries, "store": store}))
+    print(flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--database-url", default=None)
+    args = parser.parse_args(argv)
+    log, timings = bench_scale(args.entries, args.database_url)
+    report(log, timings, "PostgreSQL" if args.database_url else "SQLite")
     return 0
 
 
