@@ -293,25 +293,19 @@ def main() -> None:
     counts_db = db
     if db.is_sqlite and settings.sqlite_synchronous == "FULL":
         counts_db = Database(replace(settings, sqlite_synchronous="NORMAL"))
-    checkpoints = None
-    if settings.checkpoint_file:
+    key = None  # the signing key of the checkpoints and the archives, when either is kept
+    if settings.checkpoint_file or settings.audit_retention_days:
         try:
             key = signing.load_or_create(settings, create=False)
         except AgentAuthError as exc:
-            log.error(json.dumps({"message": f"no checkpoints can be kept: {exc.message}"}))
-        else:
-            path = Path(settings.checkpoint_file)
-            checkpoints = CheckpointFile(path, settings.checkpoint_interval_seconds, key)
-    keep_for = None
-    if settings.audit_retention_days:
-        try:
-            signer = signing.load_or_create(settings, create=False)
-        except AgentAuthError as exc:
-            log.error(json.dumps({"message": f"no retention: {exc.message}"}))
-        else:
-            keep_for = partial(
-                _retain, db, signer, settings.audit_retention_days, settings.audit_archive_dir
-            )
+            log.error(json.dumps({"message": f"no checkpoints nor retention: {exc.message}"}))
+    checkpoints = keep_for = None
+    if key is not None and settings.checkpoint_file:
+        path = Path(settings.checkpoint_file)
+        checkpoints = CheckpointFile(path, settings.checkpoint_interval_seconds, key)
+    if key is not None and settings.audit_retention_days:
+        days, folder = settings.audit_retention_days, settings.audit_archive_dir
+        keep_for = partial(_retain, db, key, days, folder)
     worker = Worker(
         db,
         utc_now,

@@ -86,14 +86,21 @@ def clauses(filters: Filters) -> list[Any]:
         )
         if value is not None
     ]
-    if filters.since is not None:
-        found.append(AuditEntry.timestamp >= filters.since)
-    if filters.until is not None:
-        found.append(AuditEntry.timestamp <= filters.until)
+    found += time_clauses(filters)
     if filters.seq_from is not None:
         found.append(AuditEntry.seq >= filters.seq_from)
     if filters.seq_to is not None:
         found.append(AuditEntry.seq <= filters.seq_to)
+    return found
+
+
+def time_clauses(filters: Filters) -> list[Any]:
+    """The conditions of ``filters``' time range (``to`` inclusive)."""
+    found: list[Any] = []
+    if filters.since is not None:
+        found.append(AuditEntry.timestamp >= filters.since)
+    if filters.until is not None:
+        found.append(AuditEntry.timestamp <= filters.until)
     return found
 
 

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from core.domain.auditcounts import HOUR, MINUTE, Piece
 from core.domain.cursors import Position
 from core.store import auditstats
-from core.store.audit import Filters, clauses
+from core.store.audit import Filters, clauses, time_clauses
 from core.store.models import AuditEntry, AuditHead
 
 #: how many index entries one page may look through
@@ -86,11 +86,7 @@ def _lead(filters: Filters) -> list[Any]:
         if value is not None:
             where.append(column == value)
             break
-    if filters.since is not None:
-        where.append(AuditEntry.timestamp >= filters.since)
-    if filters.until is not None:
-        where.append(AuditEntry.timestamp <= filters.until)
-    return where
+    return where + time_clauses(filters)
 
 
 def _walk(

@@ -20,6 +20,7 @@ import pytest
 from core.domain.clock import isoformat
 from core.store.auditpages import SCAN_LIMIT
 from tests.api.helpers import assert_error, decide, instant, make_agent, record_audit_entries
+from tests.api.test_audit_logs import ids_of, logs
 
 #: six hours before the fake clock's start (2026-11-21T12:00Z): inside stats' default 24 hours
 BASE = datetime(2026, 11, 21, 6, 0, tzinfo=UTC)
@@ -173,16 +174,6 @@ def matching(
         and (until is None or e.timestamp <= until)
     ]
     return sorted(found, key=lambda e: e.timestamp, reverse=True)
-
-
-def logs(client, headers, **query: Any) -> dict[str, Any]:
-    response = client.get("/v1/audit-logs", query_string=query, headers=headers)
-    assert response.status_code == 200, response.get_data(as_text=True)
-    return dict(response.json)
-
-
-def ids_of(body: dict[str, Any]) -> list[str]:
-    return [entry["id"] for entry in body["data"]]
 
 
 def assert_serves(served: list[dict[str, Any]], expected: list[Written]) -> None:
