@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -232,16 +233,25 @@ def time_reads(
 def database(url: str | None) -> Iterator[tuple[str, Path]]:
     """A fresh SQLite file, or a fresh schema of the PostgreSQL at ``url`` (dropped after)."""
     folder = Path(tempfile.mkdtemp(prefix="agentauth-scale-"))
-    if url is None:
-        yield f"sqlite:///{folder / 'log.db'}", folder
-        return
+    try:
+        if url is None:
+            yield f"sqlite:///{folder / 'log.db'}", folder
+        else:
+            with _schema(url) as schema_url:
+                yield schema_url, folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # a log of millions: gigabytes
+
+
+@contextlib.contextmanager
+def _schema(url: str) -> Iterator[str]:
     import psycopg
 
     schema = f"bench_scale_{int(time.time())}"
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute(f"CREATE SCHEMA {schema}")
     try:
-        yield f"{url}?options=-csearch_path%3D{schema}", folder
+        yield f"{url}?options=-csearch_path%3D{schema}"
     finally:
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute(f"DROP SCHEMA {schema} CASCADE")

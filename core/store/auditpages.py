@@ -118,10 +118,15 @@ def _walk(
             .limit(1)
         ).first()
         edge = None if edge_row is None else (edge_row[0], edge_row[1])
-        bounded = where if edge is None else [*where, key >= edge]
+        # the chunk's entries by id, from the lead index: ordered by time alone, a database
+        # may walk the time index instead, past every entry of the log but the few it wants
+        chunk_ids = select(AuditEntry.id).where(*where).order_by(*_ORDER).limit(chunk)
         wanted = limit + 1 - len(found)
         found += session.scalars(
-            select(AuditEntry).where(*bounded, *rest).order_by(*_ORDER).limit(wanted)
+            select(AuditEntry)
+            .where(AuditEntry.id.in_(chunk_ids), *rest)
+            .order_by(*_ORDER)
+            .limit(wanted)
         )
         if len(found) > limit:
             last = found[limit - 1]
