@@ -79,7 +79,7 @@ def _head(session: Session, workspace_id: str) -> int:
 
 
 def _lead(filters: Filters) -> list[Any]:
-    """The conditions the walk's index answers: the workspace, one filter, the time range."""
+    """What the walk's index answers besides the workspace: one filter, the time range."""
     where: list[Any] = []
     for name, column in _LEADS:
         value = getattr(filters, name)
