@@ -124,6 +124,13 @@ def build_log(url: str, entries: int, folder: Path) -> dict[str, Any]:
     began = time.perf_counter()
     fold_tallies(db)
     folded = time.perf_counter() - began
+    if not db.is_sqlite:
+        # PostgreSQL's planner statistics, as autovacuum keeps them on a database that grew
+        # over days (a bulk load read at once has none yet); SQLite has none unless told, and
+        # the service never tells it
+        with db.engine.connect() as connection:
+            connection.exec_driver_sql("ANALYZE")
+            connection.commit()
     db.dispose()
     return {
         "workspace_id": workspace_id,
