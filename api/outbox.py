@@ -48,7 +48,7 @@ from core.config import Settings
 from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
 from core.domain.webhooks import DeliveryStatus
-from core.store import signing
+from core.store import partitions, signing
 from core.store.auditcounts import FOLD_LIMIT, fold
 from core.store.database import Database
 from core.store.limits import sweep_sessions
@@ -67,6 +67,8 @@ SWEEP_SECONDS = 60.0
 FOLD_SECONDS = 1.0
 #: how often it archives and prunes the entries past the retention (and once at start)
 RETENTION_SECONDS = 3600.0
+#: how often the audit log's day partitions are made ahead (PostgreSQL)
+PARTITION_SECONDS = 3600.0
 #: the metric's label for each recorded outcome
 RESULTS = {
     DeliveryStatus.DELIVERED: "delivered",
@@ -149,6 +151,38 @@ def _line(message: str, due: DueDelivery, **extra: Any) -> str:
     return json.dumps({**fields, "try": due.tries + 1, **extra})
 
 
+#: a chore of the maintenance process: how often (seconds), its name in logs, the call
+Chore = tuple[float, str, Callable[[], object]]
+
+
+class _Due:
+    """Chores run when their time has come, each at once the first time."""
+
+    def __init__(self, chores: list[Chore]) -> None:
+        self._chores = chores
+        self._last = [-math.inf] * len(chores)  # monotonic time each chore last ran
+
+    def run(self) -> None:
+        for index, (every, name, chore) in enumerate(self._chores):
+            if time.monotonic() - self._last[index] < every:
+                continue
+            self._last[index] = time.monotonic()
+            try:
+                chore()
+            except AgentAuthError as exc:  # the database is away: at the next time
+                log.warning(json.dumps({"message": f"{name} failed: {exc.message}"}))
+            except Exception:
+                log.exception("%s failed", name)
+
+
+def ensure_partitions(db: Database, clock: Clock) -> None:
+    """The audit log's day partitions made ahead (PostgreSQL; nothing on SQLite)."""
+    with db.transaction() as session:
+        made = partitions.ensure(session, clock())
+    if made:
+        log.info(json.dumps({"message": "audit partitions made", "days": [d.name for d in made]}))
+
+
 class Worker:
     """Delivery passes on a thread of their own until :meth:`stop`; a sweep of expired
     per-session counters every :data:`SWEEP_SECONDS` and a fold of the audit counts' tallies
@@ -179,6 +213,12 @@ class Worker:
     def start(self) -> None:
         self._thread.start()
 
+    def _run_chores(self, chores: list[Chore], pause: float) -> None:
+        due = _Due(chores)
+        while not self._stopping.is_set():
+            due.run()
+            self._stopping.wait(pause)
+
     def stop(self) -> None:
         """Take no more deliveries; return once the tries under way are recorded."""
         self._stopping.set()
@@ -186,27 +226,31 @@ class Worker:
         self._pool.shutdown(wait=True)
 
     def _run(self) -> None:
-        chores: list[tuple[float, str, Callable[[], object]]] = [
+        chores: list[Chore] = [
             (SWEEP_SECONDS, "counter sweep", partial(sweep, self._db, self._clock)),
             (FOLD_SECONDS, "audit count fold", partial(fold_tallies, self._counts_db)),
         ]
         if self._checkpoints is not None:
             keep = partial(self._checkpoints.tick, self._db)
             chores.append((1.0, "checkpoint", lambda: keep(time.monotonic())))
+        # the long chores on a thread of their own: a prune of a day's entries takes minutes,
+        # in which the tallies are still folded and the checkpoints still kept
+        slow: list[Chore] = [
+            (
+                PARTITION_SECONDS,
+                "audit partitions",
+                partial(ensure_partitions, self._db, self._clock),
+            ),
+        ]
         if self._retention is not None:
-            chores.append((RETENTION_SECONDS, "audit retention", self._retention))
-        last = [-math.inf] * len(chores)  # monotonic time each chore last ran: each runs at once
+            slow.append((RETENTION_SECONDS, "audit retention", self._retention))
+        slow_thread = threading.Thread(
+            target=self._run_chores, args=(slow, 1.0), name="audit-retention", daemon=True
+        )
+        slow_thread.start()
+        due = _Due(chores)
         while not self._stopping.is_set():
-            for index, (every, name, chore) in enumerate(chores):
-                if time.monotonic() - last[index] < every:
-                    continue
-                last[index] = time.monotonic()
-                try:
-                    chore()
-                except AgentAuthError as exc:  # the database is away: at the next time
-                    log.warning(json.dumps({"message": f"{name} failed: {exc.message}"}))
-                except Exception:
-                    log.exception("%s failed", name)
+            due.run()
             taken = 0
             try:
                 taken = len(

@@ -3,15 +3,18 @@ entry adds one to, and how a time range splits into whole hours, whole minutes a
 minutes at its edges, so that a count reads a bounded number of rollup rows plus at most two
 minutes of entries, however long the log.
 
-Each entry is counted, per minute and per hour of its ``timestamp``, under five keys: by
-itself (kind ``*``), by its agent (``a``), by its tool (``t``), by its agent and tool (``b``)
-and by its session (``s``, when it has one); every key also holds the entry's ``result`` and
-``action``. A filter on any of agent, tool, agent and tool, or session, with any result and
-action, is then a sum over the rows of one kind.
+Each entry is counted per hour of its ``timestamp`` under five keys: by itself (kind ``*``),
+by its agent (``a``), by its tool (``t``), by its agent and tool (``b``) and by its session
+(``s``, when it has one); every key also holds the entry's ``result`` and ``action``. A filter
+on any of agent, tool, agent and tool, or session, with any result and action, is then a sum
+over the rows of one kind. The first three are counted per minute too (:data:`GRAINS_OF`):
+an agent and tool or a session has so few entries a minute that a row each would be about a
+row an entry, so their partial hours are counted from the entries, through the agent's or the
+session's index.
 
 The batch that commits entries writes, in its transaction, one tally per workspace: how many
 of its entries share each :data:`Signature` (a few tuples, one insert: the hot path's whole
-share of the counting). Folding a tally into the rollup rows, each signature into its ten
+share of the counting). Folding a tally into the rollup rows, each signature into its eight
 keys, happens later and off the hot path; until then readers add the tallies not yet folded,
 so a count is exact at every moment. Pure: ``core.store.auditcounts`` reads, writes and folds
 the rows.
@@ -39,6 +42,8 @@ KIND_OF_DIMENSIONS: dict[frozenset[str], str] = {
     frozenset({"agent", "tool"}): AGENT_TOOL,
     frozenset({"session"}): SESSION,
 }
+#: the grains each kind is counted in (coarsest first)
+GRAINS_OF = {ALL: GRAINS, AGENT: GRAINS, TOOL: GRAINS, AGENT_TOOL: (HOUR,), SESSION: (HOUR,)}
 
 #: a rollup row's key: (grain, kind, agent_id, tool_name, session_id, bucket, result, action),
 #: with "" in the dimensions its kind does not key (no entry's agent, tool or session is "")
@@ -78,9 +83,10 @@ def keys_of(signature: Signature) -> list[Key]:
             (grain, ALL, "", "", "", bucket, result, action),
             (grain, AGENT, agent_id, "", "", bucket, result, action),
             (grain, TOOL, "", tool_name, "", bucket, result, action),
-            (grain, AGENT_TOOL, agent_id, tool_name, "", bucket, result, action),
         ]
-        if session_id is not None:
+        if grain in GRAINS_OF[AGENT_TOOL]:
+            found.append((grain, AGENT_TOOL, agent_id, tool_name, "", bucket, result, action))
+        if session_id is not None and grain in GRAINS_OF[SESSION]:
             found.append((grain, SESSION, "", "", session_id, bucket, result, action))
     return found
 

@@ -1,9 +1,9 @@
 """The audit log's counts (decisions §9), read: the list's totals, ``GET
 /v1/audit-logs/stats`` and deep offsets. A count reads the rollup rows of one kind over whole
 hours and minutes, with the tallies not yet folded (``core.store.auditcounts``), and the
-entries themselves only in the partial minutes at a range's edges
-(``core.domain.auditcounts.pieces``): its work grows with the range's length in hours, never
-with the log's size.
+entries themselves only in the partial minutes (or, for the kinds not counted per minute, the
+partial hours) at a range's edges (``core.domain.auditcounts.pieces``): its work grows with
+the range's length in hours, never with the log's size.
 
 Two filters are counted from the entries instead, through their own index: a seq range
 (``seq_from``/``seq_to``: the chain's positions, which no rollup keys), and a session together
@@ -26,7 +26,7 @@ from core.domain.auditcounts import (
     AGENT,
     AGENT_TOOL,
     EPOCH,
-    GRAINS,
+    GRAINS_OF,
     KIND_OF_DIMENSIONS,
     SESSION,
     TOOL,
@@ -47,6 +47,7 @@ _PLACE = {"agent": 0, "tool": 1, "session": 2, "result": 3, "action": 4}
 #: instants this close to datetime's limits are the log's beginning or end (no entry is there)
 _FIRST = datetime(1, 1, 2, tzinfo=UTC)
 _LAST = datetime(9999, 12, 30, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
 
 
 def kind_of(filters: Filters, group_by: str | None = None) -> str | None:
@@ -102,30 +103,27 @@ def series(
     kind = kind_of(filters, group_by)
     found: Counter[tuple[int, str | None]] = Counter()
     if kind is None:
-        whole = Piece(None, start, end)
-        if grain is None:
-            for key, n in _entries(session, workspace_id, filters, whole, group_by):
-                found[0, key] += n
-        else:
-            for bucket, key, n in _entry_buckets(
-                session, workspace_id, filters, whole, grain, group_by
-            ):
-                found[bucket, key] += n
+        parts = [Piece(None, start, end)]
     else:
-        finest = GRAINS if grain is None else tuple(g for g in GRAINS if g <= grain)
+        finest = tuple(g for g in GRAINS_OF[kind] if grain is None or g <= grain)
         parts = pieces(start, end, finest)
         buckets = [part for part in parts if part.grain is not None]
         for minute, key, n in _tallies(session, workspace_id, filters, buckets, group_by):
             found[0 if grain is None else bucket_start(minute, grain), key] += n
-        for part in parts:
-            if part.grain is None:  # less than a minute, at an edge: both bounds are set
-                assert part.start is not None
-                bucket = 0 if grain is None else bucket_start(epoch_seconds(part.start), grain)
-                for key, n in _entries(session, workspace_id, filters, part, group_by):
-                    found[bucket, key] += n
-                continue
+    for part in parts:
+        if part.grain is not None:
+            assert kind is not None
             for bucket, key, n in _rollups(session, workspace_id, filters, kind, part, group_by):
                 found[0 if grain is None else bucket_start(bucket, grain), key] += n
+        elif grain is None or _one_bucket(part, grain):
+            bucket = 0 if grain is None else _bucket_of(part, grain)
+            for key, n in _entries(session, workspace_id, filters, part, group_by):
+                found[bucket, key] += n
+        else:
+            for bucket, key, n in _entry_buckets(
+                session, workspace_id, filters, part, grain, group_by
+            ):
+                found[bucket, key] += n
     return [(bucket, key, n) for (bucket, key), n in sorted(found.items(), key=_order) if n]
 
 
@@ -170,6 +168,20 @@ def _tallies(
                 continue
             found.append((minute, None if place is None else str(signature[place]), n))
     return found
+
+
+def _one_bucket(part: Piece, grain: int) -> bool:
+    """Whether ``part`` lies in one bucket of ``grain``."""
+    if part.start is None or part.end is None:
+        return False
+    return bucket_start(epoch_seconds(part.start), grain) == bucket_start(
+        epoch_seconds(part.end - _MICRO), grain
+    )
+
+
+def _bucket_of(part: Piece, grain: int) -> int:
+    assert part.start is not None
+    return bucket_start(epoch_seconds(part.start), grain)
 
 
 def _inside(second: int, low: int | None, high: int | None) -> bool:
@@ -258,12 +270,12 @@ def _entry_buckets(
     group_by: str | None,
 ) -> list[tuple[int, str | None, int]]:
     """``(bucket, key, count)`` of ``part`` counted from the entries, bucketed here (the
-    entries read are those of a session or a seq range: few)."""
+    entries read are those of a session, a seq range, or an hour's edge of one agent's)."""
     where = entry_where(workspace_id, filters, part)
     column = getattr(AuditEntry, GROUP_COLUMNS[group_by]) if group_by else None
     query = select(AuditEntry.timestamp, *([column] if column is not None else [])).where(*where)
     found: Counter[tuple[int, str | None]] = Counter()
-    for row in session.execute(query):  # a session's or a seq range's entries: few
+    for row in session.execute(query):
         bucket = bucket_start(epoch_seconds(row[0]), grain)
         found[bucket, row[1] if column is not None else None] += 1
     return [(b, k, n) for (b, k), n in found.items()]

@@ -24,6 +24,8 @@ from core.store.database import Database
 
 #: any fixed number: PostgreSQL instances starting together take turns migrating
 _ADVISORY_LOCK = 7_041_973_202
+#: SQLite's auto_vacuum mode that frees pages when asked (PRAGMA incremental_vacuum)
+_INCREMENTAL = 2
 
 
 def _config() -> Config:
@@ -38,6 +40,8 @@ def upgrade(db: Database, revision: str = "head") -> None:
     config = _config()
     with db.schema_connection() as connection:
         try:
+            if db.is_sqlite:
+                _incremental_vacuum(connection)
             with connection.begin():
                 if not db.is_sqlite:
                     connection.execute(
@@ -50,6 +54,20 @@ def upgrade(db: Database, revision: str = "head") -> None:
             raise StorageError(
                 f"cannot migrate the database {db.display_url}: {db.explain(exc)}"
             ) from exc
+
+
+def _incremental_vacuum(connection: Connection) -> None:
+    """A SQLite file keeps the pages its deleted rows held, for new rows; a prune gives them
+    back to the file system a step at a time (``core.store.retention``), which needs
+    ``auto_vacuum=INCREMENTAL``, which takes one ``VACUUM`` to set (it rewrites the file:
+    once, at the upgrade that brings prunes; a new file has nothing to rewrite)."""
+    # straight to the driver, out of any transaction (VACUUM cannot run in one)
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    if driver.execute("PRAGMA auto_vacuum").fetchone()[0] == _INCREMENTAL:
+        return
+    driver.execute(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
+    driver.execute("VACUUM")
 
 
 def require_current(db: Database) -> None:

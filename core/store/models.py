@@ -112,7 +112,11 @@ class Policy(Base):
 
 class AuditEntry(Base):
     """One decision. ``agent_id`` is what the caller asked about (possibly no agent at all);
-    ``agent_ref`` links to the agent when it existed, and cascades its deletion."""
+    ``agent_ref`` links to the agent when it existed, and cascades its deletion. On
+    PostgreSQL the table is partitioned by day of ``timestamp`` (migration 0007,
+    ``core.store.partitions``): its primary key there is ``(id, timestamp)`` and its
+    ``(workspace_id, seq)`` index is not unique (the chain's locked head row keeps seqs
+    apart)."""
 
     __tablename__ = "audit_log"
     __table_args__ = (

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,12 +46,14 @@ from core.domain.auditchain import (
     verify_chain,
 )
 from core.domain.auditcounts import Signature
-from core.store import audit, auditcounts, chain
+from core.store import audit, auditcounts, chain, partitions
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
 
 #: entries one removal transaction deletes: a short hold of SQLite's write lock
 REMOVE_BATCH = 2000
+#: pages (of 4 KiB) one step of SQLite's incremental vacuum gives back to the file system
+VACUUM_PAGES = 4096
 
 
 @dataclass(frozen=True)
@@ -177,10 +180,13 @@ def record(session: Session, taken: Plan, head: bytes) -> None:
 
 
 def remove(db: Database, workspace_id: str) -> int:
-    """Delete the entries at or before the pruned head, a batch a transaction, each batch's
-    counts taken back with it; how many."""
-    removed = 0
+    """Delete the entries at or before the pruned head; how many. Where the log is partitioned
+    (PostgreSQL), the days wholly pruned go first, a partition dropped a transaction; the rest
+    a batch a transaction, each batch's counts taken back with it, and on SQLite the space
+    they held given back to the file a step after each."""
+    removed = _drop_days(db, workspace_id)
     while True:
+        started = time.monotonic()
         with db.transaction(write=True) as session:
             seq, _ = pruned_head(session, workspace_id)
             rows = session.execute(
@@ -207,4 +213,41 @@ def remove(db: Database, workspace_id: str) -> int:
                 )
             )
             auditcounts.add(session, workspace_id, tally)
-            removed += len(rows)
+        if db.is_sqlite:
+            with db.transaction(write=True) as session:
+                _give_back(session)
+        removed += len(rows)
+        # as long again for everyone else: decisions waiting for the write lock get it
+        # between two batches, however long the removal
+        time.sleep(time.monotonic() - started)
+
+
+def _give_back(session: Session) -> None:
+    """A step of SQLite's incremental vacuum: up to :data:`VACUUM_PAGES` free pages given back
+    to the file system (the pragma frees a page a step: run as a script, it takes them all)."""
+    driver = session.connection().connection.driver_connection
+    assert driver is not None  # isolation_level None: the script runs in our transaction
+    driver.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES});")
+
+
+def _drop_days(db: Database, workspace_id: str) -> int:
+    """The day partitions the prune emptied of kept entries, older than the workspace's
+    oldest kept entry, dropped; how many of the workspace's entries they held."""
+    removed = 0
+    while True:
+        with db.transaction(write=True) as session:
+            if not partitions.is_partitioned(session):
+                return removed
+            seq, _ = pruned_head(session, workspace_id)
+            oldest = session.scalar(
+                select(AuditEntry.timestamp).where(
+                    AuditEntry.workspace_id == workspace_id, AuditEntry.seq == seq + 1
+                )
+            )
+            days = [] if oldest is None else partitions.droppable(session, oldest)
+            if not days:
+                return removed
+            held = partitions.held(session, days[0], workspace_id)
+            if not partitions.drop(session, days[0]):
+                return removed
+            removed += held

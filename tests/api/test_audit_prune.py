@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,9 @@ from core.config import Settings
 from core.domain.auditchain import Checkpoint, parse_note
 from core.domain.clock import isoformat
 from core.domain.errors import ConfigError, StorageError
-from core.store import retention
+from core.store import partitions, retention
 from tests.api.test_audit_chain import listed
+from tests.api.test_export import append_entries
 from tests.audit_chain import AuditLog, fresh_database, verify
 from tests.conftest import FakeClock, Tenant
 from tests.server import running_server
@@ -294,3 +295,153 @@ def test_serve_archives_and_prunes_what_is_older_than_the_retention(
 def _pruned_to(app: Any, workspace_id: str) -> int:
     with app.extensions["agentauth"].db.transaction() as session:
         return retention.pruned_head(session, workspace_id)[0]
+
+
+# ------------------------------------------------ where the pruned entries go (issue #32)
+# On PostgreSQL the log is partitioned by UTC day, the service makes the days ahead, and a
+# prune drops each day it emptied of kept entries as a whole partition (a day that still holds
+# another workspace's kept entry stays, its pruned rows deleted one by one); on SQLite the
+# pages a prune freed go back to the file system. Either way totals, stats and verification
+# come out as before.
+
+DAY0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+def _postgres(log: AuditLog) -> bool:
+    return log.database_url.startswith("postgresql")
+
+
+def _days(log: AuditLog) -> list[str]:
+    with log.db.transaction() as session:
+        return [day.name for day in partitions.days(session)]
+
+
+def _make_days(log: AuditLog, first: datetime, count: int) -> None:
+    with log.db.transaction(write=True) as session:
+        partitions.create(
+            session, [partitions.day_of(first.date() + timedelta(days=n)) for n in range(count)]
+        )
+
+
+def _total(log: AuditLog, **params: str) -> int:
+    answer = log.client.get("/v1/audit-logs", headers=log.headers, query_string=params)
+    assert answer.status_code == 200, answer.get_json()
+    return answer.get_json()["pagination"]["total"]
+
+
+def _stats(log: AuditLog, **params: str) -> int:
+    answer = log.client.get("/v1/audit-logs/stats", headers=log.headers, query_string=params)
+    assert answer.status_code == 200, answer.get_json()
+    return sum(item["count"] for item in answer.get_json()["data"])
+
+
+@pytest.fixture
+def three_days(log: AuditLog, clock: FakeClock) -> dict[str, int]:
+    """Four decisions on each of three days (made ahead on PostgreSQL, as the service does)."""
+    if _postgres(log):
+        _make_days(log, DAY0, 3)
+    clock.moment = DAY0
+    for _ in range(3):
+        log.decide(4)
+        clock.moment += timedelta(days=1)
+    return {"per_day": 4}
+
+
+def test_the_service_makes_the_days_ahead_on_postgresql(log: AuditLog, clock: FakeClock):
+    with log.db.transaction(write=True) as session:
+        made = partitions.ensure(session, clock())
+    if not _postgres(log):
+        assert made == []  # SQLite has no partitions
+        return
+    today = clock.moment.date()
+    wanted = {partitions.day_of(today + timedelta(days=n)).name for n in range(8)}
+    assert wanted <= set(_days(log))
+    with log.db.transaction(write=True) as session:  # again: nothing more to make
+        assert partitions.ensure(session, clock()) == []
+
+
+def test_a_prune_drops_the_days_it_emptied_and_counts_stay_exact(
+    log: AuditLog, three_days, clock: FakeClock, tmp_path: Path
+):
+    per_day = three_days["per_day"]
+    before_days = _days(log)
+    everything = isoformat(DAY0 - timedelta(days=1))
+    assert _total(log) == 3 * per_day
+    cut = isoformat(DAY0 + timedelta(days=2) - timedelta(hours=1))  # the end of day two
+    result = _prune(log, cut, tmp_path / "archive")
+    assert result.exit_code == 0, result.output
+    assert f"removed {2 * per_day} entries" in result.stdout
+    kept = _total(log, **{"from": everything})
+    assert kept == per_day + 1  # day three's, and the prune's own entry
+    later = isoformat(datetime.now(UTC) + timedelta(days=1))  # the prune's entry: real time
+    assert _stats(log, **{"from": everything, "to": later, "bucket": "day"}) == kept
+    assert _total(log, tool_name="calendar.read", agent_id=log.agent) == per_day
+    assert log.verify_db().code == 0
+    if _postgres(log):
+        gone = {partitions.day_of((DAY0 + timedelta(days=n)).date()).name for n in (0, 1)}
+        assert gone <= set(before_days)
+        assert not gone & set(_days(log))
+        third = partitions.day_of((DAY0 + timedelta(days=2)).date()).name
+        assert third in _days(log)
+
+
+def test_a_day_another_workspace_keeps_is_not_dropped_until_it_is_pruned(
+    log: AuditLog, three_days, clock: FakeClock, tmp_path: Path
+):
+    if not _postgres(log):
+        pytest.skip("partitions are PostgreSQL's")
+    other = Tenant(log.app, f"{log.workspace.name}-b", clock)
+    clock.moment = DAY0 + timedelta(hours=1)
+    other_log = AuditLog(log.app, other, log.database_url, log.key_file, log.folder)
+    other_log.decide(2)
+    cut = isoformat(DAY0 + timedelta(days=1) - timedelta(hours=1))
+    first = partitions.day_of(DAY0.date()).name
+    result = _prune(log, cut, tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    assert first in _days(log)  # the other workspace still keeps two entries in it
+    assert _total(log, **{"from": isoformat(DAY0)}) == 2 * 4 + 1
+    result = _prune(other_log, cut, tmp_path / "b")
+    assert result.exit_code == 0, result.output
+    assert first not in _days(log)
+    assert _total(other_log, **{"from": isoformat(DAY0)}) == 1  # its prune's own entry
+    assert log.verify_db().code == 0
+    assert other_log.verify_db().code == 0
+
+
+def test_an_entry_of_a_day_with_no_partition_is_kept_in_the_default_one(
+    log: AuditLog, clock: FakeClock
+):
+    """A decision is never refused for want of a partition; the day it fell on is then left
+    to the default partition (making it would mean moving entries)."""
+    if not _postgres(log):
+        pytest.skip("partitions are PostgreSQL's")
+    clock.moment = datetime(2024, 2, 29, 12, 0, tzinfo=UTC)
+    log.decide(1)
+    with log.db.transaction() as session:
+        held = session.execute(
+            text(f"SELECT count(*) FROM {partitions.DEFAULT} WHERE workspace_id = :w"),
+            {"w": log.workspace.id},
+        ).scalar()
+    assert held == 1
+    _make_days(log, clock.moment, 1)
+    assert partitions.day_of(clock.moment.date()).name not in _days(log)
+    assert _total(log) == 1
+
+
+def test_a_prune_gives_the_space_back_to_the_file_on_sqlite(log: AuditLog, clock, tmp_path):
+    if _postgres(log):
+        pytest.skip("SQLite's file")
+    clock.moment = DAY0
+    append_entries(log.app, log.workspace, clock, log.agent, 3000, reason="x" * 400)
+    clock.advance(3600)
+    log.decide(1)
+    path = log.database_url.removeprefix("sqlite:///")
+    size = Path(path).stat().st_size
+    result = _prune(log, isoformat(DAY0 + timedelta(minutes=30)), tmp_path / "archive")
+    assert result.exit_code == 0, result.output
+    with log.db.transaction() as session:
+        free = session.execute(text("PRAGMA freelist_count")).scalar()
+        pages = session.execute(text("PRAGMA page_count")).scalar()
+        size_of_page = session.execute(text("PRAGMA page_size")).scalar()
+    assert free == 0
+    assert pages * size_of_page < size / 2
