@@ -30,7 +30,7 @@ from core.hotpath.recorder import Recorder
 from core.store import audit, retention, signing
 from core.store.database import Database
 from core.store.migrate import open_database
-from core.store.models import Workspace
+from core.store.models import AuditEntry, Workspace
 
 #: the agent id an audit entry of the service itself names (a prune): the nil UUID
 SERVICE = "00000000-0000-0000-0000-000000000000"
@@ -80,7 +80,8 @@ def prune(
     report = retention.verify_archive(archive, checkpoint, taken)
     if not report.ok:
         return Pruned(taken, archive, note, report, resumed=resumed)
-    _audit_the_prune(db, workspace_id, taken, archive, clock)
+    if not _audited(db, workspace_id, taken):  # a stopped run's entry says it already
+        _audit_the_prune(db, workspace_id, taken, archive, clock)
     with db.transaction(write=True) as session:
         retention.record(session, taken, checkpoint.head)
     removed = retention.remove(db, workspace_id)
@@ -101,6 +102,22 @@ def prune_every_workspace(
         if pruned.taken is not None or pruned.resumed:
             done.append((name, pruned))
     return done
+
+
+def _audited(db: Database, workspace_id: str, taken: retention.Plan) -> bool:
+    """Whether the workspace's newest prune entry is of ``taken``'s range (a run stopped
+    after writing it, before recording the pruned head)."""
+    with db.transaction() as session:
+        newest = session.scalar(
+            select(AuditEntry.parameters)
+            .where(AuditEntry.workspace_id == workspace_id, AuditEntry.tool_name == "audit.prune")
+            .order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
+            .limit(1)
+        )
+    return isinstance(newest, dict) and (newest.get("first"), newest.get("last")) == (
+        taken.first,
+        taken.last,
+    )
 
 
 def _audit_the_prune(

@@ -232,6 +232,89 @@ def test_a_prune_stopped_after_any_step_loses_nothing_and_the_next_completes(
     assert verdict.report["start"] == 5
 
 
+#: how many entries the killed prunes take: enough that each step lasts a while
+KILLED = 12_000
+
+
+def _seen(condition: Any, process: subprocess.Popen[bytes], what: str) -> None:
+    """Wait until ``condition()`` holds, while ``process`` runs (a hang guard of 120 s)."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert process.poll() is None, f"the prune ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within 120 s"
+        time.sleep(0.001)
+
+
+def _pruned_seq(log: AuditLog) -> int:
+    with log.db.transaction() as session:
+        return int(
+            session.execute(
+                text("SELECT pruned_seq FROM audit_heads WHERE workspace_id = :w"),
+                {"w": log.workspace.id},
+            ).scalar()
+            or 0
+        )
+
+
+@pytest.mark.parametrize("step", ["writing-the-archive", "archived", "recorded", "removing"])
+def test_a_prune_killed_at_each_step_loses_nothing_and_the_next_run_completes(
+    log, clock, tmp_path, step
+):
+    """``agentauth audit prune`` as its own process, sent SIGKILL once the step is seen from
+    outside (the archive's partial file, the archive, the pruned head in the database, the
+    first entries gone): every entry is then in the database or in a verified archive, the
+    log verifies, and running the prune again completes the work."""
+    append_entries(log.app, log.workspace, clock, log.agent, KILLED, reason="r" * 200)
+    cut = isoformat(clock.moment + timedelta(seconds=1))
+    clock.advance(3600)
+    log.decide(KEPT)
+    before = log.checkpoint_file()
+    folder = tmp_path / "archive"
+    archive, note = _archive(folder, log, 1, KILLED)
+    environment = {
+        **os.environ,
+        "AGENTAUTH_AUDIT_KEY_FILE": log.key_file,
+        "AGENTAUTH_DATABASE_URL": log.database_url,
+    }
+    environment.pop("AGENTAUTH_AUDIT_KEY", None)
+    command = [
+        sys.executable, "-m", "controller", "audit", "prune", "--workspace", log.workspace.name,
+        "--before", cut, "--archive", str(folder),
+    ]  # fmt: skip
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL)
+    try:
+        partial = archive.with_name(archive.name + ".partial")
+        seen = {
+            "writing-the-archive": partial.exists,
+            "archived": archive.exists,
+            "recorded": lambda: _pruned_seq(log) == KILLED,
+            "removing": lambda: 0 < len(_rows(log)) < KILLED + KEPT,
+        }[step]
+        _seen(seen, process, step)
+        process.kill()
+    finally:
+        process.kill()
+        process.wait()
+    kept = _rows(log)
+    archived = [line["seq"] for line in _archived(archive)] if archive.exists() else []
+    if kept[0] > 1:  # entries are gone only once the archive holding them verified
+        assert note.exists()
+        flags = ("--export", archive, "--checkpoint", note, "--public-key", log.public_key_file())
+        assert verify(log.key_file, *flags).code == 0
+    assert kept[-1] >= KILLED + KEPT  # (and the prune's own entry, when it was written)
+    assert sorted(set(kept) | set(archived)) == list(range(1, kept[-1] + 1))
+    verdict = log.verify_db(before)
+    assert verdict.code == 0, verdict.report
+    result = _prune(log, cut, folder)
+    assert result.exit_code == 0, result.output
+    assert _rows(log)[0] == KILLED + 1
+    assert _total(log) == KEPT + 1  # and one prune entry, whichever run wrote it
+    verdict = log.verify_db(before)
+    assert verdict.code == 0, verdict.report
+    assert verdict.report["start"] == KILLED
+    assert not partial.exists()
+
+
 # ------------------------------------------------------------------- retention in serve
 
 
