@@ -19,6 +19,7 @@ import contextlib
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,7 +61,7 @@ def build_log(url: str, entries: int, folder: Path) -> dict[str, Any]:
     from api.outbox import fold_tallies
     from core.config import Settings
     from core.hotpath.recorder import Recorder
-    from core.store import audit
+    from core.store import audit, partitions
     from core.store.database import Database
     from core.store.keys import ensure_workspace
     from core.store.migrate import upgrade
@@ -73,6 +74,10 @@ def build_log(url: str, entries: int, folder: Path) -> dict[str, Any]:
     start = now - timedelta(days=DAYS)
     step = timedelta(days=DAYS) / entries
     with db.transaction(write=True) as session:
+        # the day partitions (PostgreSQL) the service would have made over the month
+        partitions.create(
+            session, [partitions.day_of((start + timedelta(days=n)).date()) for n in range(DAYS)]
+        )
         workspace_id = ensure_workspace(session, "default", now)
         agents = [f"00000000-0000-4000-8000-{n:012d}" for n in range(AGENTS)]
         for n, agent_id in enumerate(agents):
@@ -306,9 +311,22 @@ def bench_scale(entries: int, database_url: str | None) -> tuple[dict[str, Any],
         ready = lambda: http("GET", base + "/healthz")[0] == 200  # noqa: E731
         with running(command, env, folder / "serve.log", ready):
             timings = time_reads(base, key, log, _counter(url, log["workspace_id"]))
+        timings.append(time_verify(url, env))
         if url.startswith("sqlite:///"):
             log["bytes"] = Path(url.removeprefix("sqlite:///")).stat().st_size
     return log, timings
+
+
+def time_verify(url: str, env: dict[str, str]) -> Timing:
+    """``agentauth audit verify --db`` of the whole log, as a process of its own, once."""
+    command = [sys.executable, "-m", "controller", "audit", "verify", "--db", url]
+    command += ["--workspace", "default"]
+    began = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    took = (time.perf_counter() - began) * 1000
+    said = [line for line in done.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
+    detail = said[0] if said else done.stderr[-200:]
+    return Timing("audit verify --db (once)", took, took, f"exit {done.returncode}: {detail}")
 
 
 def report(log: dict[str, Any], timings: list[Timing], store: str) -> None:

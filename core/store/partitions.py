@@ -90,7 +90,9 @@ def days(session: Session | Connection) -> list[Day]:
 def create(connection: Session | Connection, wanted: Iterable[Day]) -> list[Day]:
     """Create the partitions of ``wanted`` that do not exist, each in a savepoint; a day whose
     entries are in the default partition already is left there (creating it would mean moving
-    them); the days created."""
+    them); the days created (none where the log is not partitioned)."""
+    if not is_partitioned(connection):
+        return []
     have = {day.name for day in days(connection)}
     made: list[Day] = []
     for day in wanted:
@@ -121,8 +123,6 @@ def create(connection: Session | Connection, wanted: Iterable[Day]) -> list[Day]
 
 def ensure(session: Session, now: datetime, ahead: int = AHEAD_DAYS) -> list[Day]:
     """Partitions from today to ``ahead`` days after (UTC), where the log is partitioned."""
-    if not is_partitioned(session):
-        return []
     today = now.astimezone(UTC).date() if now.tzinfo else now.date()
     return create(session, [day_of(today + timedelta(days=n)) for n in range(ahead + 1)])
 
