@@ -310,11 +310,35 @@ def bench_scale(entries: int, database_url: str | None) -> tuple[dict[str, Any],
         command += ["--port", base.rsplit(":", 1)[1], "--db", url]
         ready = lambda: http("GET", base + "/healthz")[0] == 200  # noqa: E731
         with running(command, env, folder / "serve.log", ready):
+            spilled = _temp_files(url)
             timings = time_reads(base, key, log, _counter(url, log["workspace_id"]))
+            time.sleep(1.5)  # PostgreSQL's statistics are flushed within a second
+            after = _temp_files(url)
+        if spilled is not None and after is not None:
+            log["temp_files"] = (after[0] - spilled[0], after[1] - spilled[1])
         timings.append(time_verify(url, env))
         if url.startswith("sqlite:///"):
             log["bytes"] = Path(url.removeprefix("sqlite:///")).stat().st_size
     return log, timings
+
+
+def _temp_files(url: str) -> tuple[int, int] | None:
+    """PostgreSQL's count of temporary files (and their bytes) its queries have written to
+    this database so far; None on SQLite."""
+    if not url.startswith("postgresql"):
+        return None
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            row = connection.exec_driver_sql(
+                "SELECT temp_files, temp_bytes FROM pg_stat_database"
+                " WHERE datname = current_database()"
+            ).one()
+        return int(row[0]), int(row[1])
+    finally:
+        engine.dispose()
 
 
 def time_verify(url: str, env: dict[str, str]) -> Timing:
@@ -332,6 +356,9 @@ def time_verify(url: str, env: dict[str, str]) -> Timing:
 def report(log: dict[str, Any], timings: list[Timing], store: str) -> None:
     """The table, in Markdown."""
     size = f", {log['bytes'] / log['entries']:,.0f} bytes an entry" if "bytes" in log else ""
+    if "temp_files" in log:
+        files, spilled = log["temp_files"]
+        size += f"; temporary files written by all the reads: {files} ({spilled:,} bytes)"
     print(
         f"{log['entries']:,} entries on {store}: written in {log['write_seconds']:.0f} s, "
         f"tallies folded in {log['fold_seconds']:.1f} s{size}.\n"
