@@ -42,6 +42,7 @@ KIND_OF_DIMENSIONS: dict[frozenset[str], str] = {
     frozenset({"agent", "tool"}): AGENT_TOOL,
     frozenset({"session"}): SESSION,
 }
+KINDS = (ALL, AGENT, TOOL, AGENT_TOOL, SESSION)
 #: the grains each kind is counted in (coarsest first)
 GRAINS_OF = {ALL: GRAINS, AGENT: GRAINS, TOOL: GRAINS, AGENT_TOOL: (HOUR,), SESSION: (HOUR,)}
 

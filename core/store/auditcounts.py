@@ -17,7 +17,7 @@ from sqlalchemy import Insert, bindparam, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from core.domain.auditcounts import Key, Signature, keys_of
+from core.domain.auditcounts import GRAINS, KINDS, Key, Signature, keys_of
 from core.store.models import AuditCount, AuditTally
 
 _KEY_COLUMNS: tuple[str, ...] = ("grain", "kind", "agent_id", "tool_name", "session_id")
@@ -71,6 +71,35 @@ def add(session: Session, workspace_id: str, tally: Mapping[Signature, int]) -> 
     """``tally`` added to the workspace's rollup rows now, in ``session``'s transaction (a
     negative count takes entries back: erasure)."""
     _upsert(session, {(workspace_id, key): n for key, n in _expand(tally).items()})
+
+
+def settled(session: Session, workspace_id: str, start: int, end: int) -> bool:
+    """Whether every entry of the workspace in ``[start, end)`` (seconds since the epoch) is
+    in the rollup rows, the tallies not folded yet folded first, in ``session``'s transaction:
+    False when a tally not folded still counts one (another fold holds it: try later)."""
+    while fold(session) == FOLD_LIMIT:
+        pass
+    texts = session.scalars(
+        select(AuditTally.counts).where(AuditTally.workspace_id == workspace_id)
+    )
+    return not any(start <= found[5] < end for text in texts for found, _ in signatures(text))
+
+
+def forget(session: Session, workspace_id: str, start: int, end: int) -> None:
+    """Delete the workspace's rollup rows of ``[start, end)`` (whole hours), once
+    :func:`settled`: what a prune does for the hours whose every entry it removes, instead of
+    taking those back one by one."""
+    for grain in GRAINS:
+        for kind in KINDS:  # each a range of the (workspace, grain, kind, bucket) index
+            session.execute(
+                delete(AuditCount).where(
+                    AuditCount.workspace_id == workspace_id,
+                    AuditCount.grain == grain,
+                    AuditCount.kind == kind,
+                    AuditCount.bucket >= start,
+                    AuditCount.bucket < end,
+                )
+            )
 
 
 def fold(session: Session) -> int:

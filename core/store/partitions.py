@@ -19,13 +19,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from sqlalchemy import Connection, delete, select, text
+from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from core.domain.auditcounts import epoch_seconds
-from core.store.auditcounts import FOLD_LIMIT, fold, signatures
-from core.store.models import AuditCount, AuditHead, AuditTally
+from core.store.auditcounts import forget, settled
+from core.store.models import AuditHead
 
 log = logging.getLogger(__name__)
 
@@ -165,15 +165,11 @@ def drop(session: Session, day: Day) -> bool:
     transaction, the tallies not folded yet folded first; False (the day left, its tallies
     folded) when one of them still counts an entry of the day (another fold holds it), or the
     table's lock was not had within :data:`LOCK_TIMEOUT_MS`."""
-    start, end = (
-        epoch_seconds(day.start.replace(tzinfo=UTC)),
-        epoch_seconds(day.end.replace(tzinfo=UTC)),
-    )
-    while fold(session) == FOLD_LIMIT:  # the day's own, if any, are long due: fold them now
-        pass
-    for text_ in session.scalars(select(AuditTally.counts)):
-        if any(start <= signature[5] < end for signature, _ in signatures(text_)):
-            return False
+    start = epoch_seconds(day.start.replace(tzinfo=UTC))
+    end = epoch_seconds(day.end.replace(tzinfo=UTC))
+    heads = session.scalars(select(AuditHead.workspace_id)).all()
+    if not all(settled(session, workspace_id, start, end) for workspace_id in heads):
+        return False
     nested = session.begin_nested()
     try:
         session.execute(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
@@ -184,5 +180,6 @@ def drop(session: Session, day: Day) -> bool:
         log.warning("audit partition %s not dropped now: %s", day.name, exc.orig)
         return False
     nested.commit()
-    session.execute(delete(AuditCount).where(AuditCount.bucket >= start, AuditCount.bucket < end))
+    for workspace_id in heads:
+        forget(session, workspace_id, start, end)
     return True

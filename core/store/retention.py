@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from core.domain.auditchain import (
     sign_note,
     verify_chain,
 )
-from core.domain.auditcounts import Signature
+from core.domain.auditcounts import HOUR, Signature, epoch_seconds, floor_to
 from core.store import audit, auditcounts, chain, partitions
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
@@ -181,10 +181,78 @@ def record(session: Session, taken: Plan, head: bytes) -> None:
 
 def remove(db: Database, workspace_id: str) -> int:
     """Delete the entries at or before the pruned head; how many. Where the log is partitioned
-    (PostgreSQL), the days wholly pruned go first, a partition dropped a transaction; the rest
-    a batch a transaction, each batch's counts taken back with it, and on SQLite the space
-    they held given back to the file a step after each."""
+    (PostgreSQL), the days wholly pruned go first, a partition dropped a transaction; then
+    each hour wholly pruned, its counts deleted at once and its entries a batch a transaction;
+    then what is left (the hour the kept entries begin in), each batch taking its entries'
+    counts back one by one. On SQLite the space a batch held goes back to the file, and each
+    batch is followed by a pause as long as it took, so decisions never wait behind more than
+    one."""
     removed = _drop_days(db, workspace_id)
+    removed += _remove_hours(db, workspace_id)
+    return removed + _remove_rest(db, workspace_id)
+
+
+def _remove_hours(db: Database, workspace_id: str) -> int:
+    """The oldest hours in which every entry of the workspace is pruned, one after the other;
+    how many entries they held."""
+    removed = 0
+    while True:
+        with db.transaction(snapshot=True) as session:
+            hour = _pruned_hour(session, workspace_id)
+        if hour is None:
+            return removed
+        start, end = epoch_seconds(hour), epoch_seconds(hour) + HOUR
+        with db.transaction(write=True) as session:
+            if not auditcounts.settled(session, workspace_id, start, end):
+                return removed
+            auditcounts.forget(session, workspace_id, start, end)
+        in_hour = (
+            AuditEntry.workspace_id == workspace_id,
+            AuditEntry.timestamp >= hour,
+            AuditEntry.timestamp < hour + timedelta(hours=1),
+        )
+        while True:
+            started = time.monotonic()
+            with db.transaction(write=True) as session:
+                seqs = session.scalars(select(AuditEntry.seq).where(*in_hour).limit(REMOVE_BATCH))
+                taken = seqs.all()
+                if taken:
+                    session.execute(delete(AuditEntry).where(*in_hour, AuditEntry.seq.in_(taken)))
+            if not taken:
+                break
+            removed += len(taken)
+            _breathe(db, started)
+
+
+def _pruned_hour(session: Session, workspace_id: str) -> datetime | None:
+    """The hour of the workspace's oldest entry, when that entry and every other of its hour
+    are at or before the pruned head (None otherwise)."""
+    seq, _ = pruned_head(session, workspace_id)
+    oldest = session.execute(
+        select(AuditEntry.timestamp, AuditEntry.seq)
+        .where(AuditEntry.workspace_id == workspace_id)
+        .order_by(AuditEntry.timestamp, AuditEntry.id)
+        .limit(1)
+    ).first()
+    if oldest is None or oldest.seq > seq:
+        return None
+    hour = floor_to(oldest.timestamp, HOUR)
+    kept = session.scalar(
+        select(AuditEntry.seq)
+        .where(
+            AuditEntry.workspace_id == workspace_id,
+            AuditEntry.timestamp >= hour,
+            AuditEntry.timestamp < hour + timedelta(hours=1),
+            AuditEntry.seq > seq,
+        )
+        .limit(1)
+    )
+    return hour if kept is None else None
+
+
+def _remove_rest(db: Database, workspace_id: str) -> int:
+    """The pruned entries left, a batch a transaction, each batch's counts taken back."""
+    removed = 0
     while True:
         started = time.monotonic()
         with db.transaction(write=True) as session:
@@ -213,13 +281,17 @@ def remove(db: Database, workspace_id: str) -> int:
                 )
             )
             auditcounts.add(session, workspace_id, tally)
-        if db.is_sqlite:
-            with db.transaction(write=True) as session:
-                _give_back(session)
         removed += len(rows)
-        # as long again for everyone else: decisions waiting for the write lock get it
-        # between two batches, however long the removal
-        time.sleep(time.monotonic() - started)
+        _breathe(db, started)
+
+
+def _breathe(db: Database, started: float) -> None:
+    """After a batch begun at ``started``: on SQLite its pages given back to the file; then a
+    pause as long as it took, in which decisions waiting for the write lock get it."""
+    if db.is_sqlite:
+        with db.transaction(write=True) as session:
+            _give_back(session)
+    time.sleep(time.monotonic() - started)
 
 
 def _give_back(session: Session) -> None:

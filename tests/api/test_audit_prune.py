@@ -528,3 +528,39 @@ def test_a_prune_gives_the_space_back_to_the_file_on_sqlite(log: AuditLog, clock
         size_of_page = session.execute(text("PRAGMA page_size")).scalar()
     assert free == 0
     assert pages * size_of_page < size / 2
+
+
+def test_a_prune_whose_cut_falls_inside_an_hour_keeps_that_hours_counts_exact(
+    log: AuditLog, clock: FakeClock, tmp_path: Path
+):
+    """The hours wholly pruned lose their counts at once; the hour the kept entries begin in
+    loses those of its pruned entries one by one: every total and bucket stays exact."""
+    clock.moment = DAY0
+    log.decide(3)  # 09:00, an hour wholly pruned
+    clock.moment = DAY0 + timedelta(hours=1, minutes=10)
+    log.decide(4)  # 10:10, pruned
+    cut = isoformat(clock.moment + timedelta(seconds=1))
+    clock.moment = DAY0 + timedelta(hours=1, minutes=40)
+    log.decide(2, tool="calendar.list")  # 10:40, kept, in the same hour
+    result = _prune(log, cut, tmp_path / "archive")
+    assert result.exit_code == 0, result.output
+    assert "removed 7 entries" in result.stdout
+    window = {
+        "from": isoformat(DAY0 - timedelta(hours=1)),
+        "to": isoformat(DAY0 + timedelta(hours=3)),
+    }
+    assert _total(log, **window) == 2
+    assert _total(log, **window, tool_name="calendar.read") == 0
+    assert _total(log, **window, agent_id=log.agent, tool_name="calendar.list") == 2
+    answer = log.client.get(
+        "/v1/audit-logs/stats",
+        headers=log.headers,
+        query_string={**window, "bucket": "minute", "group_by": "tool"},
+    )
+    assert answer.get_json()["data"] == [
+        {
+            "start": isoformat(DAY0 + timedelta(hours=1, minutes=40)),
+            "key": "calendar.list",
+            "count": 2,
+        }
+    ]
