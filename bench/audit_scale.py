@@ -56,8 +56,11 @@ def _weighted(rng: random.Random) -> str:
     return RESULTS[-1][0]
 
 
-def build_log(url: str, entries: int, folder: Path) -> dict[str, Any]:
-    """The log, written and folded; what the reads need to know of it."""
+def build_log(
+    url: str, entries: int, folder: Path, days: int = DAYS, end: datetime | None = None
+) -> dict[str, Any]:
+    """The log, ``days`` long up to ``end`` (now by default), written and folded; what the
+    reads need to know of it."""
     from api.outbox import fold_tallies
     from core.config import Settings
     from core.hotpath.recorder import Recorder
@@ -71,12 +74,12 @@ def build_log(url: str, entries: int, folder: Path) -> dict[str, Any]:
     db = Database(settings)
     upgrade(db)
     now = datetime.now(UTC).replace(microsecond=0)
-    start = now - timedelta(days=DAYS)
-    step = timedelta(days=DAYS) / entries
+    start = (end or now) - timedelta(days=days)
+    step = timedelta(days=days) / entries
     with db.transaction(write=True) as session:
         # the day partitions (PostgreSQL) the service would have made over the month
         partitions.create(
-            session, [partitions.day_of((start + timedelta(days=n)).date()) for n in range(DAYS)]
+            session, [partitions.day_of((start + timedelta(days=n)).date()) for n in range(days)]
         )
         workspace_id = ensure_workspace(session, "default", now)
         agents = [f"00000000-0000-4000-8000-{n:012d}" for n in range(AGENTS)]
