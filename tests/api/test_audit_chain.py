@@ -511,6 +511,60 @@ def test_two_servers_on_one_postgresql_extend_each_chain_without_a_fork(
             assert (head.seq, head.hash) == (per_log, lines[-1]["hash"])
 
 
+WALK_PAGES = 5  # pages of the walk, writes between each two
+
+
+@pytest.mark.slow
+def test_totals_stay_exact_and_a_walk_unchanged_while_two_worker_processes_write(log):
+    """A cursor walk started before clients write through a server of two worker processes
+    serves exactly the entries of its start, once each, whatever is committed between its
+    pages; every total and the stats then count every decision both processes committed."""
+    before = log.decide(4 * WALK_PAGES)
+    env = {"AGENTAUTH_AUDIT_KEY_FILE": log.key_file, "AGENTAUTH_RATE_LIMIT_PER_MINUTE": "100000"}
+    keys = [log.workspace.key("admin") for _ in range(SERVER_CLIENTS)]
+    written = threading.Semaphore(0)  # released once a call is answered
+    deadline = time.monotonic() + SERVER_SECONDS
+
+    with running_server(log.database_url, workers=2, threads=4, env=env) as base:
+
+        def calls(index: int) -> int:
+            body = {"agent_id": log.agent, "tool_name": "calendar.read"}
+            with httpx.Client(base_url=base, headers=bearer(keys[index]), timeout=60) as http:
+                for n in range(SERVER_CALLS):
+                    assert time.monotonic() < deadline, "the server took too long"
+                    answer = http.post("/v1/authorize", json={**body, "parameters": {"n": n}})
+                    assert answer.status_code == 200, answer.text
+                    written.release()
+            return SERVER_CALLS
+
+        with (
+            ThreadPoolExecutor(SERVER_CLIENTS) as pool,
+            httpx.Client(base_url=base, headers=bearer(keys[0]), timeout=60) as reader,
+        ):
+            walked: list[str] = []
+            query: dict[str, Any] = {"limit": 4}
+            page = reader.get("/v1/audit-logs", params=query).json()
+            futures = [pool.submit(calls, index) for index in range(SERVER_CLIENTS)]
+            while True:
+                walked += [entry["id"] for entry in page["data"]]
+                following = page["pagination"]["nextCursor"]
+                if following is None:
+                    break
+                for _ in range(3):  # three more decisions committed before the next page
+                    assert written.acquire(timeout=SERVER_SECONDS), "no decision was written"
+                page = reader.get("/v1/audit-logs", params={**query, "cursor": following}).json()
+            made = sum(future.result(timeout=SERVER_SECONDS) for future in futures)
+            everything = len(before) + made
+            for params in ({}, {"tool_name": "calendar.read"}, {"agent_id": log.agent}):
+                answer = reader.get("/v1/audit-logs", params={**params, "limit": 1}).json()
+                assert answer["pagination"]["total"] == everything, params
+            year = {"bucket": "day", "from": "2026-01-01T00:00:00Z", "to": "2027-12-31T00:00:00Z"}
+            stats = reader.get("/v1/audit-logs/stats", params=year).json()  # the test's clock's
+            assert sum(item["count"] for item in stats["data"]) == everything
+    assert walked == list(reversed(before))
+    assert len(log.export()) == everything
+
+
 # ------------------------------------------------------------------------- the command line
 
 
