@@ -49,7 +49,7 @@ from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
 from core.domain.webhooks import DeliveryStatus
 from core.store import partitions, signing
-from core.store.auditcounts import FOLD_LIMIT, fold
+from core.store.auditcounts import drain
 from core.store.database import Database
 from core.store.limits import sweep_sessions
 from core.store.webhooks import DueDelivery, TryResult, find_due, lease, record_try
@@ -87,15 +87,9 @@ def sweep(db: Database, clock: Clock) -> int:
 
 
 def fold_tallies(db: Database) -> int:
-    """Fold every audit tally into the rollup rows, a bite of FOLD_LIMIT a transaction (a
-    short hold of SQLite's write lock each, which decisions wait for); how many."""
-    folded = 0
-    while True:
-        with db.transaction(write=True) as session:
-            taken = fold(session)
-        folded += taken
-        if taken < FOLD_LIMIT:
-            return folded
+    """Fold every audit tally into the rollup rows, a bite a transaction (a short hold of
+    SQLite's write lock each, which decisions wait for); how many signatures."""
+    return drain(db)
 
 
 def deliver_due(

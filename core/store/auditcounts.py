@@ -13,17 +13,21 @@ from functools import cache
 from typing import Any
 
 import orjson
-from sqlalchemy import Insert, bindparam, delete, insert, select
+from sqlalchemy import Insert, bindparam, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from core.domain.auditcounts import GRAINS, KINDS, Key, Signature, keys_of
+from core.store.database import Database
 from core.store.models import AuditCount, AuditTally
 
 _KEY_COLUMNS: tuple[str, ...] = ("grain", "kind", "agent_id", "tool_name", "session_id")
 _KEY_COLUMNS += ("bucket", "result", "action")
-#: how many tallies one fold takes: a transaction of a few milliseconds, which on SQLite
-#: holds the write lock that decisions wait for (a tally is a batch's: a few signatures)
+#: how many signatures one fold takes (about eight rollup rows each): a transaction of a few
+#: milliseconds, which on SQLite holds the write lock that decisions wait for; and the most
+#: tallies it reads to find them (a batch's tally holds a few signatures, an erasure's or a
+#: prune's up to a batch of entries')
+FOLD_SIGNATURES = 250
 FOLD_LIMIT = 50
 #: the recorder's statement: one batch's tally of one workspace
 TALLY = insert(AuditTally).values(
@@ -68,17 +72,16 @@ def upsert_values(workspace_id: str, key: Key, count: int) -> dict[str, Any]:
 
 
 def add(session: Session, workspace_id: str, tally: Mapping[Signature, int]) -> None:
-    """``tally`` added to the workspace's rollup rows now, in ``session``'s transaction (a
-    negative count takes entries back: erasure)."""
-    _upsert(session, {(workspace_id, key): n for key, n in _expand(tally).items()})
+    """``tally`` added to the workspace's counts, in ``session``'s transaction, as a tally of
+    its own (one insert, folded later like a batch's; a negative count takes entries back:
+    erasure, the removal of pruned entries)."""
+    if any(tally.values()):
+        session.execute(TALLY, {"workspace_id": workspace_id, "counts": tally_text(tally)})
 
 
 def settled(session: Session, workspace_id: str, start: int, end: int) -> bool:
-    """Whether every entry of the workspace in ``[start, end)`` (seconds since the epoch) is
-    in the rollup rows, the tallies not folded yet folded first, in ``session``'s transaction:
-    False when a tally not folded still counts one (another fold holds it: try later)."""
-    while fold(session) == FOLD_LIMIT:
-        pass
+    """Whether no tally of the workspace still to be folded counts an entry of ``[start,
+    end)`` (seconds since the epoch): the rollup rows hold them all (:func:`drain` first)."""
     texts = session.scalars(
         select(AuditTally.counts).where(AuditTally.workspace_id == workspace_id)
     )
@@ -103,28 +106,54 @@ def forget(session: Session, workspace_id: str, start: int, end: int) -> None:
 
 
 def fold(session: Session) -> int:
-    """Fold the oldest tallies (at most :data:`FOLD_LIMIT`) into the rollup rows and remove
-    them, in ``session``'s transaction (a write one: on SQLite it holds the write lock, on
-    PostgreSQL the tallies taken are locked, and a fold running meanwhile skips them); how
-    many were folded. Readers see a tally or what it added to the rollups, never both."""
+    """Fold the oldest tallies into the rollup rows, at most :data:`FOLD_SIGNATURES` of their
+    signatures (the last tally taken may be folded in part, the rest of it left), in
+    ``session``'s transaction (a write one: on SQLite it holds the write lock, which
+    decisions wait for; on PostgreSQL the tallies taken are locked, and a fold running
+    meanwhile skips them); how many signatures were folded. Readers see a signature in a
+    tally or in the rollups, never both."""
     query = select(AuditTally.id, AuditTally.workspace_id, AuditTally.counts)
     query = query.order_by(AuditTally.id).limit(FOLD_LIMIT)
     if session.get_bind().dialect.name == "postgresql":
         query = query.with_for_update(skip_locked=True)
-    rows = session.execute(query).all()
-    if not rows:
-        return 0
+    budget = FOLD_SIGNATURES
     by_workspace: dict[str, Counter[Signature]] = {}
-    for _, workspace_id, text in rows:
+    done: list[int] = []
+    for tally_id, workspace_id, text in session.execute(query).all():
+        found = list(signatures(text))
+        taken, left = found[:budget], found[budget:]
         tally = by_workspace.setdefault(workspace_id, Counter())
-        for found, n in signatures(text):
-            tally[found] += n
+        for signature, n in taken:
+            tally[signature] += n
+        budget -= len(taken)
+        if left:
+            session.execute(
+                update(AuditTally)
+                .where(AuditTally.id == tally_id)
+                .values(counts=tally_text(dict(left)))
+            )
+            break
+        done.append(tally_id)
+        if not budget:
+            break
     changes: dict[tuple[str, Key], int] = {}
     for workspace_id, tally in by_workspace.items():
         changes.update({(workspace_id, key): n for key, n in _expand(tally).items()})
     _upsert(session, changes)
-    session.execute(delete(AuditTally).where(AuditTally.id.in_([row[0] for row in rows])))
-    return len(rows)
+    if done:
+        session.execute(delete(AuditTally).where(AuditTally.id.in_(done)))
+    return FOLD_SIGNATURES - budget
+
+
+def drain(db: Database) -> int:
+    """Fold every tally, a bite a transaction; how many signatures."""
+    folded = 0
+    while True:
+        with db.transaction(write=True) as session:
+            taken = fold(session)
+        folded += taken
+        if not taken:
+            return folded
 
 
 def _expand(tally: Mapping[Signature, int]) -> Counter[Key]:

@@ -151,25 +151,20 @@ def _keeps(session: Session, day: Day, workspace_id: str, pruned: int) -> bool:
     return kept is not None
 
 
-def held(session: Session, day: Day, workspace_id: str) -> int:
-    """How many of ``workspace_id``'s entries ``day`` holds."""
-    found = session.execute(
-        text(f'SELECT count(*) FROM "{day.name}" WHERE workspace_id = :w'),  # noqa: S608 (a date's)
-        {"w": workspace_id},
-    ).scalar()
-    return int(found or 0)
-
-
-def drop(session: Session, day: Day) -> bool:
+def drop(session: Session, day: Day) -> dict[str, int] | None:
     """Drop ``day``'s partition and take its entries' counts back, in ``session``'s
-    transaction, the tallies not folded yet folded first; False (the day left, its tallies
-    folded) when one of them still counts an entry of the day (another fold holds it), or the
-    table's lock was not had within :data:`LOCK_TIMEOUT_MS`."""
+    transaction; how many entries of each workspace it held. None (nothing changed) when a
+    tally not folded yet still counts an entry of the day (``auditcounts.drain`` first), or
+    the table's lock was not had within :data:`LOCK_TIMEOUT_MS`."""
     start = epoch_seconds(day.start.replace(tzinfo=UTC))
     end = epoch_seconds(day.end.replace(tzinfo=UTC))
     heads = session.scalars(select(AuditHead.workspace_id)).all()
     if not all(settled(session, workspace_id, start, end) for workspace_id in heads):
-        return False
+        return None
+    counted = session.execute(
+        text(f'SELECT workspace_id, count(*) FROM "{day.name}" GROUP BY workspace_id')  # noqa: S608 (a date's)
+    )
+    held = {str(workspace_id): int(n) for workspace_id, n in counted}
     nested = session.begin_nested()
     try:
         session.execute(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
@@ -178,8 +173,8 @@ def drop(session: Session, day: Day) -> bool:
     except OperationalError as exc:
         nested.rollback()
         log.warning("audit partition %s not dropped now: %s", day.name, exc.orig)
-        return False
+        return None
     nested.commit()
     for workspace_id in heads:
         forget(session, workspace_id, start, end)
-    return True
+    return held

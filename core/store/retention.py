@@ -202,6 +202,7 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
         if hour is None:
             return removed
         start, end = epoch_seconds(hour), epoch_seconds(hour) + HOUR
+        auditcounts.drain(db)  # the hour's tallies, if any, are long due
         with db.transaction(write=True) as session:
             if not auditcounts.settled(session, workspace_id, start, end):
                 return removed
@@ -307,6 +308,7 @@ def _drop_days(db: Database, workspace_id: str) -> int:
     oldest kept entry, dropped; how many of the workspace's entries they held."""
     removed = 0
     while True:
+        auditcounts.drain(db)  # the day's tallies, if any, are long due
         with db.transaction(write=True) as session:
             if not partitions.is_partitioned(session):
                 return removed
@@ -319,7 +321,7 @@ def _drop_days(db: Database, workspace_id: str) -> int:
             days = [] if oldest is None else partitions.droppable(session, oldest)
             if not days:
                 return removed
-            held = partitions.held(session, days[0], workspace_id)
-            if not partitions.drop(session, days[0]):
+            held = partitions.drop(session, days[0])
+            if held is None:
                 return removed
-            removed += held
+            removed += held.get(workspace_id, 0)

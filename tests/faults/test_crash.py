@@ -240,6 +240,8 @@ def _check_postgres_indexes(engine: Engine) -> int:
                 "SELECT c.oid::regclass::text FROM pg_index i"
                 " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
                 " WHERE c.relnamespace = current_schema()::regnamespace AND a.amname = 'btree'"
+                # a partitioned table's index is a catalogue entry: its partitions' are checked
+                " AND c.relkind = 'i'"
             )
         ).scalars()
         checked = 0

@@ -49,6 +49,7 @@ from core.store import (
     agents,
     approvals,
     audit,
+    auditcounts,
     auditpages,
     auditstats,
     chain,
@@ -411,6 +412,9 @@ READS: dict[str, Read] = {
     ),
     "core.store.retention.pruned_head": lambda s, me, other: retention.pruned_head(s, me.workspace),
     "core.store.retention.plan": lambda s, me, other: retention.plan(s, me.workspace, LATER),
+    "core.store.auditcounts.settled": lambda s, me, other: auditcounts.settled(
+        s, me.workspace, 0, 2**40
+    ),
     "core.store.chain.head": lambda s, me, other: chain.head(s, me.workspace),
     "core.store.chain.checkpoint": lambda s, me, other: chain.checkpoint(
         s, me.workspace, Ed25519PrivateKey.generate()
@@ -448,6 +452,8 @@ BLIND = {
     # where the chain was pruned, and the range a prune would take: sizes and hashes
     "core.store.retention.pruned_head",
     "core.store.retention.plan",
+    # whether the workspace's tallies still count a range
+    "core.store.auditcounts.settled",
 }
 
 #: every write that takes an object's id: from ``me``'s workspace, aimed at ``other``'s objects
@@ -492,6 +498,8 @@ CREATES = {
     "core.store.auditcounts.add",
     # deletes the workspace's own entries up to its pruned head, naming nothing else
     "core.store.retention.remove",
+    # deletes the workspace's own rollup rows of a range its prune emptied
+    "core.store.auditcounts.forget",
 }
 #: scoped, checked by a test of its own below
 OWN_TESTS = {"core.hotpath.approvals.decide": "test_deciding_another_workspaces_approval"}
@@ -513,6 +521,13 @@ UNSCOPED = {
     "core.store.paging.paginate": "runs a query its caller built, scoped there",
     "core.store.auditcounts.fold": "moves every workspace's tallies into its own counts; "
     "reads out nothing",
+    "core.store.auditcounts.drain": "folds every workspace's tallies, as fold",
+    "core.store.partitions.is_partitioned": "the schema",
+    "core.store.partitions.days": "the schema: the day partitions there are",
+    "core.store.partitions.create": "the schema: empty day partitions",
+    "core.store.partitions.ensure": "the schema: empty day partitions",
+    "core.store.partitions.droppable": "the days in which no workspace keeps an entry: dates",
+    "core.store.partitions.drop": "a day droppable() found no workspace keeps an entry in",
     "core.store.retention.write_archive": "archives the range of a Plan that plan() made for "
     "one workspace",
     "core.store.retention.record": "moves the pruned head of a Plan's own workspace",
