@@ -3,6 +3,7 @@ its rate limits and budgets."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from flask import Blueprint, Response
@@ -67,6 +68,11 @@ def update(agent_id: str) -> dict[str, Any]:
         return agents.serialize_agent(agent)
 
 
+#: the pause between two batches of an agent's erasure (SQLite's writers in other processes
+#: poll for the lock every 0.2 ms: one of them gets it before the next batch)
+ERASE_PAUSE_SECONDS = 0.002
+
+
 @bp.delete("/<agent_id>")
 @requires(Scope.ADMIN)
 def delete(agent_id: str) -> Response:
@@ -80,6 +86,7 @@ def delete(agent_id: str) -> Response:
             agents.get_agent(session, workspace_id, wanted)
             if audit.erase(session, workspace_id, wanted, audit.ERASE_BATCH) < audit.ERASE_BATCH:
                 break
+        time.sleep(ERASE_PAUSE_SECONDS)  # a decision waiting for the write lock takes it here
     with services().db.transaction(write=True) as session:
         agents.delete_agent(session, workspace_id, wanted)
     return Response(status=204)

@@ -185,40 +185,44 @@ ERASED: dict[str, Any] = {
 
 #: how many entries one transaction of a deletion erases: a short hold of SQLite's write lock,
 #: which other agents' decisions wait for
-ERASE_BATCH = 1000
+ERASE_BATCH = 250
 
 
 def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None = None) -> int:
-    """Erase the content of the workspace's agent's entries (at most ``limit`` of them, the
-    oldest, when given), keeping each one's seq, entry hash and hash, and take them out of the
+    """Erase the content of the workspace's agent's entries (at most ``limit`` of them, when
+    given), keeping each one's seq, entry hash and hash, and take them out of the
     counts. How many were erased. Deleting an agent erases its entries a batch at a time, each
     in a transaction of its own, then the rest in the transaction that deletes it."""
-    mine = (
-        AuditEntry.workspace_id == workspace_id,
-        AuditEntry.agent_ref == agent_id,
-        AuditEntry.erased.is_(False),
-    )
+    # through the agent's index alone (an erased entry leaves it: each batch finds the next
+    # at once); with the workspace in the query, SQLite, which keeps no statistics, would walk
+    # the workspace's whole seq index instead. An agent's entries are all of its workspace:
+    # those of an agent of another are dropped here, so none is erased.
     described = select(
         AuditEntry.id,
+        AuditEntry.workspace_id,
         AuditEntry.agent_id,
         AuditEntry.tool_name,
         AuditEntry.session_id,
         AuditEntry.result,
         AuditEntry.action,
         AuditEntry.timestamp,
-    ).where(*mine)
+    ).where(AuditEntry.agent_ref == agent_id, AuditEntry.erased.is_(False))
     if limit is not None:
-        described = described.order_by(AuditEntry.seq).limit(limit)
+        described = described.limit(limit)
     tally: Counter[Signature] = Counter()
     found: list[str] = []
     for row in session.execute(described.execution_options(yield_per=2000)):
+        if row.workspace_id != workspace_id:
+            continue
         tally[signature(row._asdict())] += 1
         found.append(row.id)
     if not found:
         return 0
-    which = mine if limit is None else (*mine, AuditEntry.id.in_(found))
     erased: Any = session.execute(
-        update(AuditEntry).where(*which).values(ERASED).execution_options(synchronize_session=False)
+        update(AuditEntry)
+        .where(AuditEntry.workspace_id == workspace_id, AuditEntry.id.in_(found))
+        .values(ERASED)
+        .execution_options(synchronize_session=False)
     )
     auditcounts.add(session, workspace_id, {s: -n for s, n in tally.items()})
     return int(erased.rowcount or 0)
