@@ -112,7 +112,7 @@ def _audit_the_prune(
         agent_id=SERVICE,
         agent_exists=False,
         key_id=None,
-        tool_name="audit.prune",
+        tool_name=retention.PRUNE,
         parameters={"first": taken.first, "last": taken.last, "archive": archive.name},
         result="allowed",
         policy_id=None,
@@ -120,7 +120,7 @@ def _audit_the_prune(
         reason=f"pruned entries {taken.first} to {taken.last}, archived in {archive.name}",
         latency_ms=0.0,
         timestamp=now,
-        action="audit.prune",
+        action=retention.PRUNE,
     )
     recorder = Recorder.for_database(db)
     try:
