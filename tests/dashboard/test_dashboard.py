@@ -1605,7 +1605,7 @@ def bars(page: Page, result: str) -> list[tuple[str | None, str | None]]:
     ]
 
 
-def test_the_chart_draws_decisions_over_time_by_result(page, world, tmp_path):
+def test_the_chart_draws_decisions_over_time_by_result(page, world):
     agent = world.agent("charted", ALLOW_CALENDAR)
     world.clock.moment = datetime(2026, 11, 21, 12, 5, tzinfo=UTC)
     append_entries(world.app, world.tenant, world.clock, agent, 3, result="allowed")
@@ -1641,7 +1641,6 @@ def test_the_chart_draws_decisions_over_time_by_result(page, world, tmp_path):
     # the counts up the side, the hours along the bottom (the first with its day)
     labels = chart.locator("text")
     expect(labels).to_contain_text(["0", "1", "2", "3", "11-21 11:00", "17:00", "per hour, UTC"])
-    screenshot(page, "audit-chart", tmp_path)
 
     # narrowed to a result, the chart counts that result alone
     page.goto("/dashboard/#/audit?from=2026-11-21T11:00&to=2026-11-21T18:00&result=denied")
