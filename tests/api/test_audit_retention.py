@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from api import create_app
 from core.config import Settings
 from core.domain.clock import isoformat
+from core.store import retention
 from tests.api.test_audit_chain import listed
 from tests.audit_chain import AuditLog, fresh_database
 from tests.conftest import FakeClock, Tenant
@@ -159,3 +161,47 @@ def test_a_query_parameter_is_refused_and_changes_nothing(log):
     assert response.json["error"]["code"] == "VALIDATION_ERROR"
     assert "limit" in response.get_data(as_text=True)
     assert retained(log)["kept"] == 1
+
+
+def plan_lines(connection: Any, statement: str, parameters: Any, sqlite: bool) -> list[str]:
+    """How the database would run ``statement``: SQLite's query plan, or PostgreSQL's with
+    sequential scans priced out (on a table this small it would otherwise prefer one)."""
+    if sqlite:
+        rows = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+        return [str(row[-1]) for row in rows]
+    connection.exec_driver_sql("SET LOCAL enable_seqscan = off")
+    return [str(row[0]) for row in connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)]
+
+
+def test_its_reads_of_the_entries_are_index_lookups(log, clock, tmp_path):
+    log.decide(3)
+    prune_before(log, clock, tmp_path / "archive")
+    log.decide(2)
+    engine = log.db.engine
+    seen: list[tuple[str, Any]] = []
+
+    def note(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "audit_log" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        with log.db.transaction(snapshot=True) as session:
+            found = retention.kept(session, log.workspace.id)
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+    assert found.oldest is not None
+    assert found.last_prune is not None
+    assert (found.oldest[0], found.last_prune.last) == (4, 3)
+    assert len(seen) >= 2  # the oldest kept and the last prune
+    with engine.connect() as connection:
+        for statement, parameters in seen:
+            plan = plan_lines(connection, statement, parameters, log.db.is_sqlite)
+            if log.db.is_sqlite:
+                scans = [line for line in plan if line.startswith("SCAN audit_log")]
+                sorts = [line for line in plan if "TEMP B-TREE" in line]
+            else:
+                scans = [line for line in plan if "Seq Scan on audit_log" in line]
+                sorts = [line for line in plan if line.lstrip(" ->").startswith("Sort")]
+            assert (scans, sorts) == ([], []), (statement, plan)
+        connection.rollback()
