@@ -709,7 +709,7 @@ async function retentionPanel(panel, token) {
       h("span", { class: "muted" }, ` of ${kept.size} in the chain`)),
     row("Oldest kept", "retention-oldest", oldest ? `#${oldest.seq}, ${when(oldest.timestamp)}` : "none"),
     row("Pruned", "retention-pruned", kept.prunedThrough
-      ? `#1 to #${kept.prunedThrough}, archived` : "never: every entry is kept"),
+      ? `#1 to #${kept.prunedThrough}, archived` : "never: the database holds the log from #1"),
     last ? row("Last prune", "retention-last", `${when(last.at)} (${relative(last.at)}): `
       + `entries #${last.first} to #${last.last}`) : null,
     last ? row("Its archive", "retention-archive", h("span", { class: "mono" }, last.archive)) : null),

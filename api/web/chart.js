@@ -65,14 +65,8 @@ function niceStep(max, parts) {
 // title saying what it counts) and a legend; no svg when there is nothing to draw.
 function decisionsChart(items, from, to, bucket, width) {
   const starts = bucketStarts(from, to, bucket);
-  const index = new Map(starts.map((t, i) => [t, i]));
-  const results = [...new Set(items.map((item) => item.key))].sort((a, b) =>
-    (RESULT_ORDER.indexOf(a) + 1 || 99) - (RESULT_ORDER.indexOf(b) + 1 || 99) || a.localeCompare(b));
-  const counts = Object.fromEntries(results.map((r) => [r, new Array(starts.length).fill(0)]));
-  for (const item of items) {
-    const i = index.get(Date.parse(item.start));
-    if (i !== undefined) counts[item.key][i] += item.count;
-  }
+  const counts = tally(items, starts);
+  const results = Object.keys(counts);
   const totals = Object.fromEntries(results.map((r) => [r, counts[r].reduce((a, b) => a + b, 0)]));
   const span = `${utcText(from, "minute")} to ${utcText(to, "minute")} UTC`;
   const summary = results.length
@@ -83,49 +77,77 @@ function decisionsChart(items, from, to, bucket, width) {
   const step = niceStep(Math.max(...stacks), 4);
   const top = Math.ceil(Math.max(...stacks) / step) * step;
   const { height, left, right, top: pad, bottom } = CHART;
-  const plotWidth = width - left - right;
-  const plotHeight = height - pad - bottom;
-  const y = (n) => pad + plotHeight - (n / top) * plotHeight;
-  const slot = plotWidth / starts.length;
-  const gap = slot > 4 ? slot * 0.15 : 0;
-
-  const grid = [];
-  for (let n = 0; n <= top; n += step) {
-    grid.push(svg("line", { class: "chart-grid", x1: left, x2: width - right, y1: y(n), y2: y(n) }),
-      svg("text", { class: "chart-label", x: left - 6, y: y(n) + 4, "text-anchor": "end" }, n));
-  }
-  const ticks = [];
-  const every = Math.max(1, Math.ceil(starts.length / Math.max(2, Math.floor(plotWidth / 100))));
-  let day = "";
-  for (let i = 0; i < starts.length; i += every) {
-    const x = left + slot * i + slot / 2;
-    const text = utcText(starts[i], "minute");  // "2026-11-21 09:00"
-    // a day as "11-21"; a time as "09:00", with its day when the day is not the last one's
-    const label = bucket === "day" ? text.slice(5, 10)
-      : text.slice(0, 10) === day ? text.slice(11) : text.slice(5);
-    day = text.slice(0, 10);
-    ticks.push(svg("line", { class: "chart-tick", x1: x, x2: x, y1: pad + plotHeight, y2: pad + plotHeight + 4 }),
-      svg("text", { class: "chart-label", x, y: pad + plotHeight + 18, "text-anchor": "middle" }, label));
-  }
-  const below = new Array(starts.length).fill(0);
-  const series = results.map((result) => svg("g", { class: `series result-${result}`, "data-result": result },
-    starts.flatMap((start, i) => {
-      const n = counts[result][i];
-      if (!n) return [];
-      const bar = svg("rect", { class: "chart-bar", x: left + slot * i + gap / 2,
-        y: y(below[i] + n), width: Math.max(slot - gap, 0.5), height: y(below[i]) - y(below[i] + n),
-        "data-start": new Date(start).toISOString(), "data-count": n },
-      svg("title", {}, `${utcText(start, bucket)} UTC: ${n} ${result}`));
-      below[i] += n;
-      return [bar];
-    })));
+  const plot = { left, right: width - right, bottom: height - bottom,
+    slot: (width - left - right) / starts.length };
+  plot.y = (n) => plot.bottom - (n / top) * (plot.bottom - pad);
   const node = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-labelledby": "chart-title",
     class: "chart", "data-bucket": bucket },
   svg("title", { id: "chart-title" }, title),
-  grid, ticks,
-  svg("text", { class: "chart-label", x: width - right, y: height - 2, "text-anchor": "end" }, `per ${bucket}, UTC`),
-  series);
+  countAxis(plot, top, step), timeAxis(plot, starts, bucket),
+  svg("text", { class: "chart-label", x: plot.right, y: height - 2, "text-anchor": "end" }, `per ${bucket}, UTC`),
+  stackedBars(plot, starts, counts, bucket));
   const legend = h("ul", { class: "legend" }, results.map((r) =>
     h("li", { "data-result": r }, h("span", { class: `swatch result-${r}` }), `${r}: ${totals[r]}`)));
   return { title, node, legend };
+}
+
+// each result's count in each bucket of `starts` (0 where the API left a bucket out), the
+// results in the order their bars stack
+function tally(items, starts) {
+  const index = new Map(starts.map((t, i) => [t, i]));
+  const results = [...new Set(items.map((item) => item.key))].sort((a, b) =>
+    (RESULT_ORDER.indexOf(a) + 1 || 99) - (RESULT_ORDER.indexOf(b) + 1 || 99) || a.localeCompare(b));
+  const counts = Object.fromEntries(results.map((r) => [r, new Array(starts.length).fill(0)]));
+  for (const item of items) {
+    const i = index.get(Date.parse(item.start));
+    if (i !== undefined) counts[item.key][i] += item.count;
+  }
+  return counts;
+}
+
+// the counts up the left side, a gridline at each step
+function countAxis(plot, top, step) {
+  const out = [];
+  for (let n = 0; n <= top; n += step) {
+    out.push(svg("line", { class: "chart-grid", x1: plot.left, x2: plot.right, y1: plot.y(n), y2: plot.y(n) }),
+      svg("text", { class: "chart-label", x: plot.left - 6, y: plot.y(n) + 4, "text-anchor": "end" }, n));
+  }
+  return out;
+}
+
+// bucket starts along the bottom, about one every 100 pixels: a day as "11-21"; a time as
+// "09:00", with its day ("11-21 09:00") when the day is not the previous label's
+function timeAxis(plot, starts, bucket) {
+  const out = [];
+  const every = Math.max(1, Math.ceil(starts.length / Math.max(2, Math.floor((plot.right - plot.left) / 100))));
+  let day = "";
+  for (let i = 0; i < starts.length; i += every) {
+    const x = plot.left + plot.slot * i + plot.slot / 2;
+    const text = utcText(starts[i], "minute");  // "2026-11-21 09:00"
+    const label = bucket === "day" ? text.slice(5, 10)
+      : text.slice(0, 10) === day ? text.slice(11) : text.slice(5);
+    day = text.slice(0, 10);
+    out.push(svg("line", { class: "chart-tick", x1: x, x2: x, y1: plot.bottom, y2: plot.bottom + 4 }),
+      svg("text", { class: "chart-label", x, y: plot.bottom + 18, "text-anchor": "middle" }, label));
+  }
+  return out;
+}
+
+// one <g class=series> per result, a bar per bucket it has a count in, stacked on the results
+// before it
+function stackedBars(plot, starts, counts, bucket) {
+  const gap = plot.slot > 4 ? plot.slot * 0.15 : 0;
+  const below = new Array(starts.length).fill(0);
+  return Object.entries(counts).map(([result, row]) => svg("g", { class: `series result-${result}`,
+    "data-result": result }, starts.flatMap((start, i) => {
+    const n = row[i];
+    if (!n) return [];
+    const bar = svg("rect", { class: "chart-bar", x: plot.left + plot.slot * i + gap / 2,
+      y: plot.y(below[i] + n), width: Math.max(plot.slot - gap, 0.5),
+      height: plot.y(below[i]) - plot.y(below[i] + n),
+      "data-start": new Date(start).toISOString(), "data-count": n },
+    svg("title", {}, `${utcText(start, bucket)} UTC: ${n} ${result}`));
+    below[i] += n;
+    return [bar];
+  })));
 }

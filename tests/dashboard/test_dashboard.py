@@ -1681,7 +1681,9 @@ def test_the_retention_panel_shows_the_last_prune_and_its_archive(page, world, t
     sign_in(page, world.tenant.key("read-only"))
     page.get_by_role("link", name="Audit log").click()
     expect(page.locator("#retention-kept")).to_have_text("5 entries of 5 in the chain")
-    expect(page.locator("#retention-pruned")).to_have_text("never: every entry is kept")
+    expect(page.locator("#retention-pruned")).to_have_text(
+        "never: the database holds the log from #1"
+    )
     oldest = world.http.get("/v1/audit-logs", params={"seq_to": 1}).json()["data"][0]
     expect(page.locator("#retention-oldest")).to_have_text(f"#1, {shown_time(oldest['timestamp'])}")
     expect(page.locator("#retention-archive")).to_have_count(0)
