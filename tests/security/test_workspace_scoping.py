@@ -411,6 +411,8 @@ READS: dict[str, Read] = {
     ),
     "core.store.retention.pruned_head": lambda s, me, other: retention.pruned_head(s, me.workspace),
     "core.store.retention.plan": lambda s, me, other: retention.plan(s, me.workspace, LATER),
+    "core.store.retention.kept": lambda s, me, other: retention.kept(s, me.workspace),
+    "core.store.retention.last_prune": lambda s, me, other: retention.last_prune(s, me.workspace),
     "core.store.chain.head": lambda s, me, other: chain.head(s, me.workspace),
     "core.store.chain.checkpoint": lambda s, me, other: chain.checkpoint(
         s, me.workspace, Ed25519PrivateKey.generate()
@@ -448,6 +450,10 @@ BLIND = {
     # where the chain was pruned, and the range a prune would take: sizes and hashes
     "core.store.retention.pruned_head",
     "core.store.retention.plan",
+    # what a log keeps: counts, seqs and the oldest entry's time; and the last prune's entry,
+    # which these workspaces have none of (tests/api/test_audit_retention.py reads one)
+    "core.store.retention.kept",
+    "core.store.retention.last_prune",
 }
 
 #: every write that takes an object's id: from ``me``'s workspace, aimed at ``other``'s objects
