@@ -215,3 +215,31 @@ def checkpoint() -> Response:
 def public_key() -> Response:
     """The C2SP verifier key of the checkpoints' signatures."""
     return Response(VerifierKey.of(services().audit_key()).text() + "\n", mimetype="text/plain")
+
+
+@bp.get("/retention")
+@takes_query()
+def kept() -> dict[str, Any]:
+    """What the log keeps (decisions §9): the entries listed now, the whole log's size, the
+    oldest entry kept and the last prune with its archive."""
+    with services().db.transaction(snapshot=True) as session:
+        found = retention.kept(session, principal().workspace_id)
+    oldest, pruned = found.oldest, found.last_prune
+    return {
+        "kept": found.kept,
+        "size": found.size,
+        "prunedThrough": found.pruned_through,
+        "oldest": None if oldest is None else {"seq": oldest[0], "timestamp": isoformat(oldest[1])},
+        "lastPrune": None if pruned is None else _prune_of(pruned),
+    }
+
+
+def _prune_of(pruned: retention.LastPrune) -> dict[str, Any]:
+    return {
+        "seq": pruned.seq,
+        "at": isoformat(pruned.at),
+        "first": pruned.first,
+        "last": pruned.last,
+        "archive": pruned.archive,
+        "reason": pruned.reason,
+    }

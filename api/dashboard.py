@@ -1,4 +1,4 @@
-"""The web dashboard at ``/dashboard/``: one HTML page, a style sheet and a script, shipped in
+"""The web dashboard at ``/dashboard/``: one HTML page, a style sheet and two scripts, shipped in
 ``api/web/`` and served as they are (no build step, nothing fetched from elsewhere).
 
 The page holds no data of its own: signed in with an API key (kept in the tab's session storage
@@ -23,6 +23,7 @@ _WEB = files("api") / "web"
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
+    "chart.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }

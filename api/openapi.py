@@ -324,6 +324,13 @@ def document() -> dict[str, Any]:
             {"200": {"description": "agentauth+<key id hex>+<base64 key>", "content": text}},
         )
     }
+    paths["/v1/audit-logs/retention"] = {
+        "get": _operation(
+            "what the audit log keeps: entries kept, its size, the oldest entry kept and the last"
+            " prune with its archive file (extension; any scope)",
+            {"200": _json(ref("audit.retention"), "what the log keeps")},
+        )
+    }
     _approvals(paths)
     paths["/v1/whoami"] = {
         "get": _operation(

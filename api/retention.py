@@ -110,7 +110,7 @@ def _audited(db: Database, workspace_id: str, taken: retention.Plan) -> bool:
     with db.transaction() as session:
         newest = session.scalar(
             select(AuditEntry.parameters)
-            .where(AuditEntry.workspace_id == workspace_id, AuditEntry.tool_name == "audit.prune")
+            .where(AuditEntry.workspace_id == workspace_id, AuditEntry.tool_name == retention.PRUNE)
             .order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
             .limit(1)
         )
@@ -129,7 +129,7 @@ def _audit_the_prune(
         agent_id=SERVICE,
         agent_exists=False,
         key_id=None,
-        tool_name="audit.prune",
+        tool_name=retention.PRUNE,
         parameters={"first": taken.first, "last": taken.last, "archive": archive.name},
         result="allowed",
         policy_id=None,
@@ -137,7 +137,7 @@ def _audit_the_prune(
         reason=f"pruned entries {taken.first} to {taken.last}, archived in {archive.name}",
         latency_ms=0.0,
         timestamp=now,
-        action="audit.prune",
+        action=retention.PRUNE,
     )
     recorder = Recorder.for_database(db)
     try:

@@ -557,20 +557,61 @@ function entriesTable(entries, names) {
 }
 
 const AUDIT_FILTERS = ["agent_id", "session_id", "action", "tool_name", "result", "from", "to", "limit"];
+// the filters the stats endpoint takes: the chart counts what the list lists, but for `action`
+const STATS_FILTERS = ["agent_id", "session_id", "tool_name", "result", "from", "to"];
 
-// every key may read the audit log, filter it, page through it and export it
+// datetime-local gives "2026-11-21T09:30" (or with seconds); the API wants an instant
+const instant = (text) => (!text ? "" : /T\d\d:\d\d$/.test(text) ? `${text}:00Z` : `${text}Z`);
+
+// Every key may read the audit log, filter it, walk it and export it. The page walks by cursor
+// (decisions §9): "Older" follows the page's nextCursor, which the URL keeps with `seen` (how
+// many entries the walk showed before this page, for the count), so back, forward and reload
+// show the same page; a cursor is bound to the filters, so applying filters starts a new walk.
 async function auditPage(args) {
   const token = generation;
   const filters = Object.fromEntries(AUDIT_FILTERS.map((name) => [name, args.get(name) || ""]));
-  const offset = Number(args.get("offset") || 0);
-  const agents = await everything("/v1/agents", {});
+  const matching = { ...filters, from: instant(filters.from), to: instant(filters.to), limit: "" };
+  const limit = filters.limit || "50";
+  const cursor = args.get("cursor") || "";
+  const seen = cursor ? Math.max(0, Number(args.get("seen")) || 0) : 0;
+  const [agents, listing] = await Promise.all([everything("/v1/agents", {}),
+    walkFrom(filters, { ...matching, limit }, cursor, seen)]);
+  const { page } = listing;
   const names = Object.fromEntries(agents.map((a) => [a.id, a.name]));
-  // datetime-local gives "2026-11-21T09:30" (or with seconds); the API wants an instant
-  const instant = (text) => (!text ? "" : /T\d\d:\d\d$/.test(text) ? `${text}:00Z` : `${text}Z`);
-  const params = { ...filters, from: instant(filters.from), to: instant(filters.to), offset,
-    limit: filters.limit || 50 };
-  const page = await api("GET", "/v1/audit-logs", { params });
+  const goTo = (next, count) => {
+    location.hash = `#/audit${query(next ? { ...filters, cursor: next, seen: count } : filters)}`;
+  };
+  const chart = h("figure", { id: "decisions-chart", class: "chart-box", "aria-busy": "true" });
+  const kept = h("section", { class: "panel", id: "retention", "aria-busy": "true" },
+    h("h2", {}, "Keeping the log"));
+  show(token, h("section", { class: "panel" }, h("h1", {}, "Audit log"), auditFilters(filters, agents, matching),
+    h("p", { id: "export-notice", class: "notice", hidden: true }),
+    chart,
+    page.data.length ? entriesTable(page.data, names) : h("p", { class: "muted" }, "No entries match."),
+    cursorPager(page, listing, goTo)),
+  kept, verifyPanel());
+  if (listing.refused) say(`${describe(listing.refused)}. Showing the newest entries instead.`);
+  await Promise.all([drawChart(chart, matching, token), retentionPanel(kept, token)]);
+}
 
+// The page of the walk at `cursor` (the first page without one). A cursor the service refuses
+// (altered, or made for other filters) is said, and the walk starts again from the newest.
+async function walkFrom(filters, params, cursor, seen) {
+  if (!cursor) return { page: await api("GET", "/v1/audit-logs", { params }), seen: 0, first: true };
+  try {
+    const page = await api("GET", "/v1/audit-logs", { params: { ...params, cursor } });
+    return { page, seen, first: false };
+  } catch (error) {
+    const cursorRefused = error instanceof ApiError && error.status === 400
+      && error.details.some((d) => d.field === "cursor");
+    if (!cursorRefused) throw error;
+    history.replaceState(null, "", `#/audit${query(filters)}`);
+    const page = await api("GET", "/v1/audit-logs", { params });
+    return { page, seen: 0, first: true, refused: error };
+  }
+}
+
+function auditFilters(filters, agents, matching) {
   const field = (label, control) => h("label", {}, h("span", {}, label), control);
   const form = h("form", { id: "audit-filters", class: "filters", onsubmit: (event) => {
     event.preventDefault();
@@ -588,18 +629,94 @@ async function auditPage(args) {
     h("option", { value: r, selected: r === filters.result }, r || "any")))),
   field("From (UTC)", h("input", { name: "from", type: "datetime-local", value: filters.from })),
   field("To (UTC)", h("input", { name: "to", type: "datetime-local", value: filters.to })),
-  field("Per page", h("select", { name: "limit" }, ["25", "50", "100", "500", "1000"].map((n) =>
+  field("Per page", h("select", { name: "limit" }, perPage(filters.limit || "50").map((n) =>
     h("option", { value: n, selected: n === (filters.limit || "50") }, n)))),
   h("div", { class: "actions" },
     h("button", { type: "submit" }, "Apply filters"),
     h("button", { type: "button", class: "secondary", onclick: () => { location.hash = "#/audit"; } }, "Clear"),
-    h("button", { type: "button", class: "secondary", id: "export", onclick: () => exportCsv(params) },
+    h("button", { type: "button", class: "secondary", id: "export", onclick: () => exportCsv(matching) },
       "Export CSV")));
-  show(token, h("section", { class: "panel" }, h("h1", {}, "Audit log"), form,
-    h("p", { id: "export-notice", class: "notice", hidden: true }),
-    page.data.length ? entriesTable(page.data, names) : h("p", { class: "muted" }, "No entries match."),
-    pager(page, (o) => { location.hash = `#/audit${query({ ...filters, offset: o })}`; })),
-  verifyPanel());
+  return form;
+}
+
+// the page sizes offered, and the one a link asked for (kept when filters are applied)
+function perPage(current) {
+  const sizes = ["25", "50", "100", "500", "1000"];
+  return sizes.includes(current) ? sizes : [current, ...sizes].sort((a, b) => a - b);
+}
+
+// "Newest" back to the walk's first page, the place in the walk and the total matching now,
+// "Older" on to the page after this one (the browser's Back returns to the one before)
+function cursorPager(page, { seen, first }, goTo) {
+  const { count, total, nextCursor } = page.pagination;
+  return h("div", { class: "pager" },
+    h("button", { type: "button", class: "secondary", disabled: first,
+      onclick: () => goTo(null) }, "\u21e4 Newest"),
+    h("span", { class: "count" }, `${count ? seen + 1 : 0}\u2013${seen + count} of ${total}`),
+    h("button", { type: "button", class: "secondary", disabled: !nextCursor,
+      onclick: () => goTo(nextCursor, seen + count) }, "Older \u2192"));
+}
+
+// The chart of decisions over time by result, for the page's filters (but `action`, which the
+// stats do not take) over From to To, or the last 24 hours when they are not given.
+async function drawChart(box, matching, token) {
+  const to = matching.to ? Date.parse(matching.to) : Date.now();
+  const from = matching.from ? Date.parse(matching.from) : to - DAY_MS;
+  const bucket = bucketFor(from, to);
+  const params = Object.fromEntries(STATS_FILTERS.map((name) => [name, matching[name]]));
+  const range = { from: new Date(from).toISOString(), to: new Date(to).toISOString() };
+  let stats;
+  try {
+    stats = await api("GET", "/v1/audit-logs/stats", { params: { ...params, ...range, bucket,
+      group_by: "result" } });
+  } catch (error) {
+    if (token !== generation) return;
+    if (error instanceof ApiError && error.status === 401) return fail(error);
+    box.replaceChildren(h("p", { class: "notice bad", id: "chart-error" }, `No chart: ${describe(error)}`));
+    box.removeAttribute("aria-busy");
+    return;
+  }
+  if (token !== generation) return;
+  const width = Math.max(300, Math.round(box.clientWidth));
+  const drawn = decisionsChart(stats.data, from, to, bucket, width);
+  const parts = [h("figcaption", { class: "muted small" }, drawn.title),
+    drawn.node || h("p", { class: "muted", id: "chart-empty" }, "No decisions in this range."),
+    drawn.legend,
+    matching.action ? h("p", { class: "muted small" },
+      "The chart counts every action: it cannot be narrowed by Action.") : null];
+  box.replaceChildren(...parts.filter(Boolean));
+  box.removeAttribute("aria-busy");
+}
+
+// What the log keeps: its entries, the oldest one kept, and the last prune with its archive
+// (`agentauth audit prune`, or the retention of `agentauth serve`)
+async function retentionPanel(panel, token) {
+  let kept;
+  try {
+    kept = await api("GET", "/v1/audit-logs/retention");
+  } catch (error) {
+    if (token !== generation) return;
+    if (error instanceof ApiError && error.status === 401) return fail(error);
+    panel.append(h("p", { class: "notice bad", id: "retention-error" }, describe(error)));
+    panel.removeAttribute("aria-busy");
+    return;
+  }
+  if (token !== generation) return;
+  const row = (label, id, ...value) => [h("dt", {}, label), h("dd", { id }, ...value)];
+  const { oldest, lastPrune: last } = kept;
+  panel.append(h("dl", { class: "facts" },
+    row("Entries kept", "retention-kept", counted(kept.kept, "entry", "entries"),
+      h("span", { class: "muted" }, ` of ${kept.size} in the chain`)),
+    row("Oldest kept", "retention-oldest", oldest ? `#${oldest.seq}, ${when(oldest.timestamp)}` : "none"),
+    row("Pruned", "retention-pruned", kept.prunedThrough
+      ? `#1 to #${kept.prunedThrough}, archived` : "never: the database holds the log from #1"),
+    last ? row("Last prune", "retention-last", `${when(last.at)} (${relative(last.at)}): `
+      + `entries #${last.first} to #${last.last}`) : null,
+    last ? row("Its archive", "retention-archive", h("span", { class: "mono" }, last.archive)) : null),
+  h("p", { class: "muted small" }, "A prune archives the oldest entries with a signed checkpoint, " +
+    "verifies the archive, and only then removes them: keep the archives, ",
+  h("code", {}, "agentauth audit verify --export ARCHIVE"), " checks them offline."));
+  panel.removeAttribute("aria-busy");
 }
 
 async function exportCsv(params) {

@@ -46,7 +46,7 @@ from core.domain.auditchain import (
     verify_chain,
 )
 from core.domain.auditcounts import HOUR, Signature, epoch_seconds, floor_to
-from core.store import audit, auditcounts, chain, partitions
+from core.store import audit, auditcounts, auditstats, chain, partitions
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
 
@@ -54,6 +54,8 @@ from core.store.models import AuditEntry, AuditHead
 REMOVE_BATCH = 2000
 #: pages (of 4 KiB) one step of SQLite's incremental vacuum gives back to the file system
 VACUUM_PAGES = 4096
+#: the tool name and action of a prune's own audit entry
+PRUNE = "audit.prune"
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,73 @@ def pruned_head(session: Session, workspace_id: str) -> tuple[int, bytes]:
         )
     ).first()
     return (0, bytes(32)) if row is None else (int(row[0]), bytes.fromhex(row[1]))
+
+
+@dataclass(frozen=True)
+class LastPrune:
+    """A prune as its own audit entry records it: the range it took, its archive, when."""
+
+    seq: int
+    at: datetime
+    first: int
+    last: int
+    archive: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a workspace's log keeps now (``GET /v1/audit-logs/retention``)."""
+
+    #: the entries the list holds: neither pruned nor erased
+    kept: int
+    #: the whole log's size, pruned entries included: the head's seq
+    size: int
+    #: the entries 1 to this were archived and pruned (0: never)
+    pruned_through: int
+    #: the oldest entry still in the database (an erased one keeps its place): seq, timestamp
+    oldest: tuple[int, datetime] | None
+    last_prune: LastPrune | None
+
+
+def kept(session: Session, workspace_id: str) -> Kept:
+    """What the log keeps, read by index lookups and the kept counts (never a count of rows)."""
+    pruned, _ = pruned_head(session, workspace_id)
+    size, _ = chain.head(session, workspace_id)
+    oldest = session.execute(
+        select(AuditEntry.seq, AuditEntry.timestamp)
+        .where(AuditEntry.workspace_id == workspace_id, AuditEntry.seq > pruned)
+        .order_by(AuditEntry.seq)
+        .limit(1)
+    ).first()
+    return Kept(
+        kept=auditstats.count(session, workspace_id, audit.Filters()),
+        size=size,
+        pruned_through=pruned,
+        oldest=None if oldest is None else (int(oldest.seq), oldest.timestamp),
+        last_prune=last_prune(session, workspace_id),
+    )
+
+
+def last_prune(session: Session, workspace_id: str) -> LastPrune | None:
+    """The newest prune's audit entry, by the workspace's tool and time index."""
+    entry = session.scalars(
+        select(AuditEntry)
+        .where(
+            AuditEntry.workspace_id == workspace_id,
+            AuditEntry.tool_name == PRUNE,
+            AuditEntry.action == PRUNE,  # an agent's call of a tool so named is "authorize"
+        )
+        .order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
+        .limit(1)
+    ).first()
+    if entry is None:
+        return None
+    taken = entry.parameters
+    return LastPrune(
+        int(entry.seq), entry.timestamp, taken["first"], taken["last"], taken["archive"],
+        entry.reason,
+    )  # fmt: skip
 
 
 def plan(session: Session, workspace_id: str, before: datetime) -> Plan | None:

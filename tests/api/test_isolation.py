@@ -141,6 +141,9 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("GET", "/v1/audit-logs/public-key"): Entry(
         ANY, note="no id: the server's verifier key, public and the same for every workspace"
     ),
+    ("GET", "/v1/audit-logs/retention"): Entry(
+        ANY, note="no id: what the caller's own log keeps; B's stays as it was"
+    ),
     ("GET", "/v1/sync-status"): Entry(
         ANY, note="no id: the caller's own workspace's status, nothing of B's"
     ),

@@ -26,6 +26,7 @@ from playwright.sync_api import Browser, Locator, Page, Request, Route, expect, 
 from sqlalchemy import update
 
 from api import create_app
+from api.retention import prune
 from controller.load import SourceFile
 from controller.reconcile import apply_files
 from core.config import Settings
@@ -466,7 +467,7 @@ def test_a_read_only_key_reads_everything_the_audit_log_included_and_changes_not
     assert saved == exported.content
     expect(page.locator("#export-notice")).to_contain_text("Downloaded svc-audit-log-")
     assert page.locator("main button").all_inner_texts() == [
-        "Apply filters", "Clear", "Export CSV", "← Newer", "Older →", "Fetch checkpoint",
+        "Apply filters", "Clear", "Export CSV", "⇤ Newest", "Older →", "Fetch checkpoint",
     ]  # fmt: skip
     assert_no_mutation_controls(page)
 
@@ -1516,3 +1517,194 @@ def test_an_entry_names_its_session_and_the_audit_page_filters_by_it(page, world
     expect(page.locator("#entries tbody tr")).to_have_count(2)
     expect(page.locator("#audit-filters input[name=session_id]")).to_have_value("chat-1")
     expect(page.locator("#entries .session")).to_have_text(["session chat-1"] * 2)
+
+
+# ------------------------------------------------------- the audit log at scale (decisions §9)
+
+
+def test_the_audit_page_walks_by_cursor_forward_back_and_to_the_newest(page, world):
+    agent = world.agent("walked", ALLOW_CALENDAR)
+    append_entries(world.app, world.tenant, world.clock, agent, 7)
+    sign_in(page, world.admin)
+    page.goto("/dashboard/#/audit?limit=3")
+    rows = page.locator("#entries tbody td.seq")
+    count = page.locator(".pager .count")
+    newest = page.get_by_role("button", name="Newest")
+    older = page.get_by_role("button", name="Older →")
+    expect(rows).to_have_text(["7", "6", "5"])
+    expect(count).to_have_text("1\u20133 of 7")
+    expect(newest).to_be_disabled()
+
+    older.click()
+    expect(rows).to_have_text(["4", "3", "2"])
+    expect(count).to_have_text("4\u20136 of 7")
+    assert "cursor=" in page.url
+    # an entry written during the walk is counted, but never shown further down it
+    world.decide(agent, "calendar.create")
+    older.click()
+    expect(rows).to_have_text(["1"])
+    expect(count).to_have_text("7\u20137 of 8")
+    expect(older).to_be_disabled()
+    expect(newest).to_be_enabled()
+
+    # back and forward through the browser's history, and a reload, show the same pages
+    page.go_back()
+    expect(rows).to_have_text(["4", "3", "2"])
+    expect(count).to_have_text("4\u20136 of 8")
+    page.go_back()  # the first page has no cursor: it is the newest entries, now
+    expect(rows).to_have_text(["8", "7", "6"])
+    page.go_forward()  # the walk's cursor: where the walk was
+    expect(rows).to_have_text(["4", "3", "2"])
+    page.go_forward()
+    expect(rows).to_have_text(["1"])
+    page.go_back()
+    expect(rows).to_have_text(["4", "3", "2"])
+    page.reload()
+    expect(rows).to_have_text(["4", "3", "2"])
+
+    newest.click()
+    expect(rows).to_have_text(["8", "7", "6"])
+    expect(count).to_have_text("1\u20133 of 8")
+    assert "cursor=" not in page.url
+    expect(newest).to_be_disabled()
+
+
+def test_filters_start_a_new_walk_and_a_refused_cursor_starts_from_the_newest(page, world):
+    agent = world.agent("walked", ALLOW_CALENDAR)
+    append_entries(world.app, world.tenant, world.clock, agent, 4)
+    append_entries(world.app, world.tenant, world.clock, agent, 2, result="allowed")
+    sign_in(page, world.admin)
+    page.goto("/dashboard/#/audit?limit=2")
+    rows = page.locator("#entries tbody td.seq")
+    expect(rows).to_have_text(["6", "5"])
+    page.get_by_role("button", name="Older →").click()
+    expect(rows).to_have_text(["4", "3"])
+    page.locator("#audit-filters select[name=result]").select_option("denied")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(rows).to_have_text(["4", "3"])
+    expect(page.locator(".pager .count")).to_have_text("1\u20132 of 4")
+    assert "cursor=" not in page.url
+
+    # the cursor of a walk over other filters is refused by the service: said, and the walk
+    # starts again from the newest of the page's own filters
+    walk = world.http.get("/v1/audit-logs", params={"limit": 2}).json()
+    cursor = walk["pagination"]["nextCursor"]
+    page.goto(f"/dashboard/#/audit?limit=2&result=denied&cursor={cursor}&seen=2")
+    expect(page.locator("#message")).to_contain_text("400 VALIDATION_ERROR")
+    expect(page.locator("#message")).to_contain_text("Showing the newest entries instead.")
+    expect(rows).to_have_text(["4", "3"])
+    expect(page.locator(".pager .count")).to_have_text("1\u20132 of 4")
+    assert "cursor=" not in page.url
+
+
+def bars(page: Page, result: str) -> list[tuple[str | None, str | None]]:
+    """(start, count) of the chart's bars of ``result``."""
+    drawn = page.locator(f"#decisions-chart g.series[data-result='{result}'] rect")
+    return [
+        (bar.get_attribute("data-start"), bar.get_attribute("data-count")) for bar in drawn.all()
+    ]
+
+
+def test_the_chart_draws_decisions_over_time_by_result(page, world):
+    agent = world.agent("charted", ALLOW_CALENDAR)
+    world.clock.moment = datetime(2026, 11, 21, 12, 5, tzinfo=UTC)
+    append_entries(world.app, world.tenant, world.clock, agent, 3, result="allowed")
+    world.clock.advance(2 * 3600)  # 14:05
+    append_entries(world.app, world.tenant, world.clock, agent, 2)
+    append_entries(world.app, world.tenant, world.clock, agent, 1, result="allowed")
+    sign_in(page, world.admin)
+    page.goto("/dashboard/#/audit?from=2026-11-21T11:00&to=2026-11-21T18:00")
+    chart = page.locator("#decisions-chart svg")
+    expect(chart).to_have_attribute("data-bucket", "hour")
+    expect(chart).to_have_attribute("role", "img")
+    title = (
+        "Decisions per hour by result, 2026-11-21 11:00 to 2026-11-21 18:00 UTC: "
+        "4 allowed, 2 denied"
+    )
+    expect(page.locator("#chart-title")).to_have_text(title)
+    expect(page.locator("#decisions-chart figcaption")).to_have_text(title)
+    expect(page.locator("#decisions-chart g.series")).to_have_count(2)
+    assert bars(page, "allowed") == [
+        ("2026-11-21T12:00:00.000Z", "3"),
+        ("2026-11-21T14:00:00.000Z", "1"),
+    ]
+    assert bars(page, "denied") == [("2026-11-21T14:00:00.000Z", "2")]
+    expect(page.locator("#decisions-chart .legend li")).to_have_text(["allowed: 4", "denied: 2"])
+    # a picture of those counts: 8 hours on the axis, the bars as tall as their counts, the
+    # 14:00 ones stacked, the empty hours left empty
+    slots = page.locator("#decisions-chart rect")
+    heights = [float(slots.nth(n).get_attribute("height") or 0) for n in range(3)]
+    assert heights[0] == pytest.approx(3 * heights[1])
+    assert heights[2] == pytest.approx(2 * heights[1])
+    tops = [float(slots.nth(n).get_attribute("y") or 0) for n in range(3)]
+    assert tops[2] + heights[2] == pytest.approx(tops[1])  # denied on top of allowed
+    # the counts up the side, the hours along the bottom (the first with its day)
+    labels = chart.locator("text")
+    expect(labels).to_contain_text(["0", "1", "2", "3", "11-21 11:00", "17:00", "per hour, UTC"])
+
+    # narrowed to a result, the chart counts that result alone
+    page.goto("/dashboard/#/audit?from=2026-11-21T11:00&to=2026-11-21T18:00&result=denied")
+    expect(page.locator("#decisions-chart g.series")).to_have_count(1)
+    expect(page.locator("#decisions-chart g.series rect")).to_have_count(1)
+    assert bars(page, "denied") == [("2026-11-21T14:00:00.000Z", "2")]
+
+    # a short range by minutes, a long one by days
+    page.goto("/dashboard/#/audit?from=2026-11-21T14:00&to=2026-11-21T15:00")
+    expect(chart).to_have_attribute("data-bucket", "minute")
+    assert bars(page, "allowed") == [("2026-11-21T14:05:00.000Z", "1")]
+    page.goto("/dashboard/#/audit?from=2026-11-10T00:00&to=2026-11-25T00:00")
+    expect(chart).to_have_attribute("data-bucket", "day")
+    assert bars(page, "allowed") == [("2026-11-21T00:00:00.000Z", "4")]
+
+    # on a phone the chart shrinks to its panel and the page does not scroll sideways
+    page.set_viewport_size(PHONE)
+    expect(chart).to_be_in_viewport()
+    box, panel = chart.bounding_box(), page.locator("main .panel").first.bounding_box()
+    assert box is not None
+    assert panel is not None
+    assert box["x"] + box["width"] <= panel["x"] + panel["width"]
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+
+
+def test_the_chart_of_an_empty_range_says_so(page, world):
+    sign_in(page, world.tenant.key("read-only"))
+    page.get_by_role("link", name="Audit log").click()
+    expect(page.locator("#chart-empty")).to_have_text("No decisions in this range.")
+    expect(page.locator("#decisions-chart figcaption")).to_contain_text(": no decisions")
+    expect(page.locator("#decisions-chart svg")).to_have_count(0)
+    expect(page.locator("main")).to_contain_text("No entries match.")
+
+
+def test_the_retention_panel_shows_the_last_prune_and_its_archive(page, world, tmp_path):
+    agent = world.agent("pruned", ALLOW_CALENDAR)
+    append_entries(world.app, world.tenant, world.clock, agent, 5)
+    sign_in(page, world.tenant.key("read-only"))
+    page.get_by_role("link", name="Audit log").click()
+    expect(page.locator("#retention-kept")).to_have_text("5 entries of 5 in the chain")
+    expect(page.locator("#retention-pruned")).to_have_text(
+        "never: the database holds the log from #1"
+    )
+    oldest = world.http.get("/v1/audit-logs", params={"seq_to": 1}).json()["data"][0]
+    expect(page.locator("#retention-oldest")).to_have_text(f"#1, {shown_time(oldest['timestamp'])}")
+    expect(page.locator("#retention-archive")).to_have_count(0)
+
+    services = world.app.extensions["agentauth"]
+    cut = world.clock.moment + timedelta(seconds=1)
+    world.clock.advance(3600)
+    done = prune(services.db, services.audit_key(), world.tenant.id, world.name, cut,
+                 tmp_path / "archive", world.clock)  # fmt: skip
+    assert done.ok
+    assert done.archive is not None
+    append_entries(world.app, world.tenant, world.clock, agent, 2)
+    prune_entry = world.http.get("/v1/audit-logs", params={"seq_from": 6, "seq_to": 6}).json()
+    page.reload()
+    expect(page.locator("#retention-kept")).to_have_text("3 entries of 8 in the chain")
+    expect(page.locator("#retention-pruned")).to_have_text("#1 to #5, archived")
+    at = shown_time(prune_entry["data"][0]["timestamp"])
+    expect(page.locator("#retention-oldest")).to_have_text(f"#6, {at}")
+    expect(page.locator("#retention-last")).to_contain_text(at)
+    expect(page.locator("#retention-last")).to_contain_text("entries #1 to #5")
+    expect(page.locator("#retention-archive")).to_have_text(f"{world.name}-1-5.jsonl.gz")
+    assert done.archive.name == f"{world.name}-1-5.jsonl.gz"
+    # the list agrees: the pruned entries are gone from it
+    expect(page.locator("#entries tbody td.seq")).to_have_text(["8", "7", "6"])

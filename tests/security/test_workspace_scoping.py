@@ -415,6 +415,8 @@ READS: dict[str, Read] = {
     "core.store.auditcounts.settled": lambda s, me, other: auditcounts.settled(
         s, me.workspace, 0, 2**40
     ),
+    "core.store.retention.kept": lambda s, me, other: retention.kept(s, me.workspace),
+    "core.store.retention.last_prune": lambda s, me, other: retention.last_prune(s, me.workspace),
     "core.store.chain.head": lambda s, me, other: chain.head(s, me.workspace),
     "core.store.chain.checkpoint": lambda s, me, other: chain.checkpoint(
         s, me.workspace, Ed25519PrivateKey.generate()
@@ -454,6 +456,10 @@ BLIND = {
     "core.store.retention.plan",
     # whether the workspace's tallies still count a range
     "core.store.auditcounts.settled",
+    # what a log keeps: counts, seqs and the oldest entry's time; and the last prune's entry,
+    # which these workspaces have none of (tests/api/test_audit_retention.py reads one)
+    "core.store.retention.kept",
+    "core.store.retention.last_prune",
 }
 
 #: every write that takes an object's id: from ``me``'s workspace, aimed at ``other``'s objects
