@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from core.domain.auditchain import (
@@ -114,12 +114,20 @@ def kept(session: Session, workspace_id: str) -> Kept:
     """What the log keeps, read by index lookups and the kept counts (never a count of rows)."""
     pruned, _ = pruned_head(session, workspace_id)
     size, _ = chain.head(session, workspace_id)
-    oldest = session.execute(
-        select(AuditEntry.seq, AuditEntry.timestamp)
-        .where(AuditEntry.workspace_id == workspace_id, AuditEntry.seq > pruned)
-        .order_by(AuditEntry.seq)
-        .limit(1)
-    ).first()
+    # min(), then the row of that seq: on a partitioned log (PostgreSQL) each day's index
+    # answers its own least seq, where an ORDER BY may sort them all
+    first = session.scalar(
+        select(func.min(AuditEntry.seq)).where(
+            AuditEntry.workspace_id == workspace_id, AuditEntry.seq > pruned
+        )
+    )
+    oldest = None
+    if first is not None:
+        oldest = session.execute(
+            select(AuditEntry.seq, AuditEntry.timestamp).where(
+                AuditEntry.workspace_id == workspace_id, AuditEntry.seq == first
+            )
+        ).first()
     return Kept(
         kept=auditstats.count(session, workspace_id, audit.Filters()),
         size=size,
