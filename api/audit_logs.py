@@ -12,6 +12,7 @@ from typing import Any
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from flask import Blueprint, Response, stream_with_context
 
+from api import streaming
 from api.auth import takes_query
 from api.context import now, principal, services
 from api.params import read_paging, read_query, whole_number
@@ -174,7 +175,7 @@ def export() -> Response:
     if truncated:
         response.headers["X-Svc-Export-Truncated"] = "true"
         response.headers["X-Svc-Export-Limit"] = str(audit.EXPORT_LIMIT)
-    return response
+    return streaming.mark(response)
 
 
 def _export_chain(filters: audit.Filters) -> Response:
@@ -197,7 +198,7 @@ def _export_chain(filters: audit.Filters) -> Response:
     response.call_on_close(stack.close)
     filename = f"svc-audit-log-{now().date().isoformat()}.jsonl"
     response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
+    return streaming.mark(response)
 
 
 @bp.get("/checkpoint")
