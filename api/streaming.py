@@ -26,7 +26,9 @@ import select
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from flask import Response, request
 
@@ -122,11 +124,15 @@ def _write(fd: int, data: bytes) -> None:
 def _abort(fd: int) -> None:
     """End the answer as cut short: its reader (granian's) is made non-blocking, so that once
     it has taken :data:`FAILED_LINE` its next read fails (rather than waiting, or meeting the
-    end of a whole answer) and granian aborts the transfer. Where the reader cannot be reached
-    (not Linux, no pidfd_getfd), the answer ends after the line, which still tells it."""
-    reachable = _readers_nonblocking(fd)
+    end of a whole answer) and granian aborts the transfer. The line goes before that, but for
+    its newline, which goes after: it wakes a read already waiting (one that a non-blocking
+    reader does not make fail), and the text is in the pipe before any read can fail. Where
+    the reader cannot be reached (not Linux, no pidfd_getfd), the answer ends after the line,
+    which still tells it."""
     try:
-        _write(fd, FAILED_LINE)  # also wakes a read that was already waiting
+        _write(fd, FAILED_LINE[:-1])
+        reachable = _readers_nonblocking(fd)
+        _write(fd, FAILED_LINE[-1:])
     except BrokenPipeError:
         return
     if reachable:  # the end of the pipe would end the answer as whole: wait for the abort
@@ -138,31 +144,46 @@ def _abort(fd: int) -> None:
 def _readers_nonblocking(fd: int) -> bool:
     """Make every other open end of ``fd``'s pipe in this process (granian's) non-blocking.
     Each is taken by pidfd_getfd(2), a copy that cannot be another file even if the number
-    was reused meanwhile, and checked to be this pipe before it is changed."""
-    pipe = os.fstat(fd)
+    was reused meanwhile, and checked to be this pipe before it is changed. The reader's open
+    met the writer's, but its descriptor may not be in the process's table yet (the kernel
+    puts it there as its open returns, and says so to no one): looked for again a few times."""
     try:
         pidfd = os.pidfd_open(os.getpid())
         syscall = ctypes.CDLL(None, use_errno=True).syscall
     except (AttributeError, OSError):
         return False
-    found = False
     try:
-        for name in os.listdir("/proc/self/fd"):
-            number = int(name)
-            if number == fd or not _same(f"/proc/self/fd/{number}", pipe):
-                continue
-            copy = syscall(_PIDFD_GETFD, pidfd, number, 0)
-            if copy < 0:
-                continue
-            try:
-                if _same(copy, pipe):
-                    flags = fcntl.fcntl(copy, fcntl.F_GETFL)
-                    fcntl.fcntl(copy, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-                    found = True
-            finally:
-                os.close(copy)
+        for _ in range(_LOOKS):
+            if _nonblocking(fd, pidfd, syscall):
+                return True
+            time.sleep(_LOOK_SECONDS)
+        return False
     finally:
         os.close(pidfd)
+
+
+#: how many times, how far apart, the reader's descriptor is looked for
+_LOOKS = 100
+_LOOK_SECONDS = 0.01
+
+
+def _nonblocking(fd: int, pidfd: int, syscall: Any) -> bool:
+    pipe = os.fstat(fd)
+    found = False
+    for name in os.listdir("/proc/self/fd"):
+        number = int(name)
+        if number == fd or not _same(f"/proc/self/fd/{number}", pipe):
+            continue
+        copy = syscall(_PIDFD_GETFD, pidfd, number, 0)
+        if copy < 0:
+            continue
+        try:
+            if _same(copy, pipe):
+                flags = fcntl.fcntl(copy, fcntl.F_GETFL)
+                fcntl.fcntl(copy, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+                found = True
+        finally:
+            os.close(copy)
     return found
 
 
