@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import logging
 import os
 import select
 import shutil
@@ -34,6 +35,8 @@ from flask import Response, request
 
 from api.errors import render_error
 
+log = logging.getLogger("agentauth.streaming")
+
 #: the response header by which the app marks a streamed answer (the front removes it)
 STREAMED = "X-Agentauth-Streamed"
 #: set in the environ by a front that streams: only then does :func:`mark` mark
@@ -44,6 +47,9 @@ FAILED_LINE = b"!! the server failed while writing this answer: it is incomplete
 #: how long granian may take to open the pipe, and to take what is left in it after a failure
 OPEN_SECONDS = 30
 DRAIN_SECONDS = 60
+#: how long a client may take nothing before its answer is given up (aborted): the thread
+#: of the app that writes it, and the database snapshot it reads, are then free again
+STALL_SECONDS = 120
 #: pidfd_getfd(2) (the same number on every Linux architecture)
 _PIDFD_GETFD = 438
 
@@ -85,6 +91,7 @@ class Channel:
             guard.cancel()
             shutil.rmtree(self.folder, ignore_errors=True)
         try:
+            os.set_blocking(fd, False)  # this end only: a write waits in _write, with a deadline
             yield fd
         finally:
             os.close(fd)
@@ -94,34 +101,50 @@ class Channel:
             os.close(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK))
 
 
-def pump(chunks: Iterable[bytes], channel: Channel) -> None:
+def pump(chunks: Iterable[bytes], channel: Channel, stall: float = STALL_SECONDS) -> None:
     """Write ``chunks`` into ``channel`` as granian takes them. When they fail part-way (the
     error is logged), :data:`FAILED_LINE` follows what was written and the answer is aborted;
-    when the client goes away, the rest is not produced."""
+    when the client goes away, the rest is not produced; when it takes nothing for ``stall``
+    seconds, the rest is not produced either and the answer is aborted after what the pipe
+    holds."""
     with channel.writer() as fd:
         produced = iter(chunks)
-        while True:
-            try:
-                chunk = next(produced, None)
-            except Exception as exc:
-                render_error(exc)  # logged as an unexpected error, with its traceback
-                _abort(fd)
-                return
-            if chunk is None:
-                return
-            try:
-                _write(fd, chunk)
-            except BrokenPipeError:  # the client went away
-                return
+        try:
+            while True:
+                try:
+                    chunk = next(produced, None)
+                except Exception as exc:
+                    render_error(exc)  # logged as an unexpected error, with its traceback
+                    _abort(fd, stall)
+                    return
+                if chunk is None:
+                    return
+                _write(fd, chunk, stall)
+        except BrokenPipeError:  # the client went away
+            return
+        except _Stalled:
+            log.warning("a client took nothing of an answer for %g seconds: given up", stall)
+            if _readers_nonblocking(fd):
+                _hold(fd)
 
 
-def _write(fd: int, data: bytes) -> None:
+class _Stalled(Exception):
+    """The client has taken nothing of the answer for too long."""
+
+
+def _write(fd: int, data: bytes, stall: float) -> None:
     view = memoryview(data)
+    waiting = select.poll()
+    waiting.register(fd, select.POLLOUT)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:  # the pipe is full: the client takes nothing now
+            if not waiting.poll(stall * 1000):
+                raise _Stalled from None
 
 
-def _abort(fd: int) -> None:
+def _abort(fd: int, stall: float) -> None:
     """End the answer as cut short: its reader (granian's) is made non-blocking, so that once
     it has taken :data:`FAILED_LINE` its next read fails (rather than waiting, or meeting the
     end of a whole answer) and granian aborts the transfer. The line goes before that, but for
@@ -130,15 +153,32 @@ def _abort(fd: int) -> None:
     the reader cannot be reached (not Linux, no pidfd_getfd), the answer ends after the line,
     which still tells it."""
     try:
-        _write(fd, FAILED_LINE[:-1])
+        _write(fd, FAILED_LINE[:-1], stall)
         reachable = _readers_nonblocking(fd)
-        _write(fd, FAILED_LINE[-1:])
-    except BrokenPipeError:
+        _write(fd, FAILED_LINE[-1:], stall)
+    except BrokenPipeError:  # the client went away
         return
-    if reachable:  # the end of the pipe would end the answer as whole: wait for the abort
-        waiting = select.poll()
-        waiting.register(fd, 0)  # POLLERR alone: the pipe has no reader left
-        waiting.poll(DRAIN_SECONDS * 1000)
+    except _Stalled:  # the pipe is full, no read waits: the client aborts once it takes it
+        reachable = _readers_nonblocking(fd)
+    if reachable:
+        _hold(fd)
+
+
+def _hold(fd: int) -> None:
+    """Keep the pipe's write end open, on a thread of its own, until its reader has taken
+    what is left and failed (or at most :data:`DRAIN_SECONDS`): its end would end the answer
+    as whole."""
+    copy = os.dup(fd)
+
+    def wait() -> None:
+        try:
+            waiting = select.poll()
+            waiting.register(copy, 0)  # POLLERR alone: the pipe has no reader left
+            waiting.poll(DRAIN_SECONDS * 1000)
+        finally:
+            os.close(copy)
+
+    threading.Thread(target=wait, name="agentauth-answer-hold", daemon=True).start()
 
 
 def _readers_nonblocking(fd: int) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -19,9 +18,11 @@ from api.streaming import FAILED_LINE, Channel, pump
 class Reader(threading.Thread):
     """Reads the channel's pipe as granian does, until it ends, fails, or ``limit`` bytes."""
 
-    def __init__(self, channel: Channel, limit: int | None = None) -> None:
+    def __init__(
+        self, channel: Channel, limit: int | None = None, pause: threading.Event | None = None
+    ) -> None:
         super().__init__(daemon=True)
-        self.path, self.limit = channel.path, limit
+        self.path, self.limit, self.pause = channel.path, limit, pause
         self.data = bytearray()
         self.ending: str | BaseException = "running"
 
@@ -29,6 +30,8 @@ class Reader(threading.Thread):
         fd = os.open(self.path, os.O_RDONLY)
         try:
             while self.limit is None or len(self.data) < self.limit:
+                if self.pause is not None and self.data:  # once it has something: a pause
+                    self.pause.wait()
                 part = os.read(fd, 4096)
                 if not part:
                     self.ending = "end"
@@ -92,3 +95,21 @@ def test_the_pipe_is_private():
     finally:
         os.unlink(channel.path)
         os.rmdir(channel.folder)
+
+
+def test_a_client_that_takes_nothing_is_given_up_and_its_answer_aborted():
+    """The reader takes a first part, then nothing until the writer has given up (its thread
+    is free, the rest not produced); what the pipe held then reaches it, then a read fails."""
+    produced: list[int] = []
+    channel = Channel()
+    resume = threading.Event()
+    reader = Reader(channel, pause=resume)
+    reader.start()
+    pump(_answer(1_000_000, fail=False, produced=produced), channel, stall=0.2)
+    resume.set()
+    reader.join(timeout=30)
+    assert isinstance(reader.ending, BlockingIOError), reader.ending
+    assert len(produced) < 100_000
+    whole = b"".join(_answer(len(produced), fail=False))
+    assert whole.startswith(bytes(reader.data))
+    assert len(reader.data) > 4096  # the pipe's part too, not only what it took first
