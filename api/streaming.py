@@ -44,9 +44,8 @@ STREAMS = "agentauth.streams"
 #: written in place of the rest of an answer that failed part-way: not JSON, not a CSV row of
 #: the export's columns, so that a saved copy fails ``agentauth audit verify`` saying why
 FAILED_LINE = b"!! the server failed while writing this answer: it is incomplete\n"
-#: how long granian may take to open the pipe, and to take what is left in it after a failure
+#: how long granian may take to open the pipe
 OPEN_SECONDS = 30
-DRAIN_SECONDS = 60
 #: how long a client may take nothing before its answer is given up (aborted): the thread
 #: of the app that writes it, and the database snapshot it reads, are then free again
 STALL_SECONDS = 120
@@ -166,15 +165,16 @@ def _abort(fd: int, stall: float) -> None:
 
 def _hold(fd: int) -> None:
     """Keep the pipe's write end open, on a thread of its own, until its reader has taken
-    what is left and failed (or at most :data:`DRAIN_SECONDS`): its end would end the answer
-    as whole."""
+    what is left and failed, or its client has gone: the pipe's end would end the answer as
+    whole. No deadline: it lasts as long as granian keeps the connection, and costs a sleeping
+    thread and a descriptor meanwhile."""
     copy = os.dup(fd)
 
     def wait() -> None:
         try:
             waiting = select.poll()
             waiting.register(copy, 0)  # POLLERR alone: the pipe has no reader left
-            waiting.poll(DRAIN_SECONDS * 1000)
+            waiting.poll()
         finally:
             os.close(copy)
 
