@@ -291,24 +291,33 @@ def document() -> dict[str, Any]:
     csv_headers = {
         "Content-Disposition": {"schema": {"type": "string"}},
         "X-Svc-Export-Truncated": {"schema": {"const": "true"}},
-        "X-Svc-Export-Limit": {"schema": {"const": "5000"}},
+        # 5000 for CSV; the server's limit (1,000,000 unless configured) for Parquet
+        "X-Svc-Export-Limit": {"schema": {"type": "string", "pattern": "^[0-9]+$"}},
     }
     paths["/v1/audit-logs/export"] = {
         "get": _operation(
             "export the audit log: CSV (at most 5,000 rows, newest first) or, with format=jsonl,"
-            " every entry of a seq range oldest first, erased ones as placeholders (extension)",
+            " every entry of a seq range oldest first, erased ones as placeholders, sent as it is"
+            " produced (extension); with format=parquet, the entries of the JSONL export as a"
+            " Parquet file, one column per member (at most 1,000,000 entries; extension)",
             {
                 "200": {
                     "description": "CSV with the columns Timestamp, Agent ID, Tool, Result, "
-                    "Reason, Latency (ms), Parameters; or JSON Lines of audit.exportLine",
+                    "Reason, Latency (ms), Parameters; or JSON Lines of audit.exportLine; or a "
+                    "Parquet file of the columns seq, id, agentId, action, toolName, parameters "
+                    "(JSON), result, policyId, ruleIndex, reason, latencyMs, timestamp (UTC), "
+                    "approvalId, sessionId, hash, entryHash, erased",
                     "headers": csv_headers,
                     "content": {
                         "text/csv": {"schema": {"type": "string"}},
                         "application/jsonl": {"schema": ref("audit.exportLine")},
+                        "application/vnd.apache.parquet": {
+                            "schema": {"type": "string", "format": "binary"}
+                        },
                     },
                 }
             },
-            query=[*filters, _q("format", {"enum": ["csv", "jsonl"]})],
+            query=[*filters, _q("format", {"enum": ["csv", "jsonl", "parquet"]})],
         )
     }
     text = {"text/plain": {"schema": {"type": "string"}}}

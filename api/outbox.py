@@ -296,13 +296,16 @@ class DeliveryProcess:
             self.process.wait()
 
 
-def _retain(db: Database, key: Any, days: int, folder: str) -> None:
+def _retain(db: Database, key: Any, days: int, folder: str, archive_format: str) -> None:
     """One pass of the retention, each workspace's outcome logged."""
-    for name, pruned in prune_every_workspace(db, key, days, Path(folder), utc_now):
+    done = prune_every_workspace(db, key, days, Path(folder), utc_now, archive_format)
+    for name, pruned in done:
         taken = pruned.taken
         fields: dict[str, Any] = {"workspace": name, "resumed": pruned.resumed}
         if taken is not None:
             fields.update(first=taken.first, last=taken.last, archive=str(pruned.archive))
+        if pruned.parquet is not None:
+            fields.update(parquet=str(pruned.parquet))
         if pruned.ok:
             log.info(json.dumps({"message": "audit entries archived and pruned", **fields}))
         else:
@@ -343,7 +346,7 @@ def main() -> None:
         checkpoints = CheckpointFile(path, settings.checkpoint_interval_seconds, key)
     if key is not None and settings.audit_retention_days:
         days, folder = settings.audit_retention_days, settings.audit_archive_dir
-        keep_for = partial(_retain, db, key, days, folder)
+        keep_for = partial(_retain, db, key, days, folder, settings.audit_archive_format)
     worker = Worker(
         db,
         utc_now,

@@ -21,7 +21,7 @@ import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
 
-from core.config import DATABASE_URL_HELP, Settings
+from core.config import ARCHIVE_FORMATS, DATABASE_URL_HELP, Settings
 from core.domain import ids
 from core.domain.auditchain import ChainReport, Checkpoint, parse_note
 from core.domain.clock import Clock, parse_instant, utc_now
@@ -48,6 +48,8 @@ class Pruned:
     removed: int = 0
     #: entries a stopped prune had archived and recorded, removed first
     resumed: int = 0
+    #: the archive's Parquet form, when asked for (written once the archive verified)
+    parquet: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -64,9 +66,11 @@ def prune(
     clock: Clock,
     *,
     dry_run: bool = False,
+    archive_format: str = "jsonl",
 ) -> Pruned:
     """Archive, verify, record and remove the entries before ``before``; with ``dry_run``,
-    only say what that would take."""
+    only say what that would take. With ``archive_format`` ``parquet``, the verified archive's
+    Parquet form is written beside it before anything is recorded or removed."""
     resumed = 0 if dry_run else retention.remove(db, workspace_id)  # what a stop left
     with db.transaction() as session:
         taken = retention.plan(session, workspace_id, before)
@@ -80,25 +84,34 @@ def prune(
     report = retention.verify_archive(archive, checkpoint, taken)
     if not report.ok:
         return Pruned(taken, archive, note, report, resumed=resumed)
+    table = retention.write_parquet(archive) if archive_format == "parquet" else None
     if not _audited(db, workspace_id, taken):  # a stopped run's entry says it already
         _audit_the_prune(db, workspace_id, taken, archive, clock)
     with db.transaction(write=True) as session:
         retention.record(session, taken, checkpoint.head)
     removed = retention.remove(db, workspace_id)
-    return Pruned(taken, archive, note, report, removed, resumed)
+    return Pruned(taken, archive, note, report, removed, resumed, table)
 
 
 def prune_every_workspace(
-    db: Database, key: Ed25519PrivateKey, days: int, folder: Path, clock: Clock
+    db: Database,
+    key: Ed25519PrivateKey,
+    days: int,
+    folder: Path,
+    clock: Clock,
+    archive_format: str = "jsonl",
 ) -> list[tuple[str, Pruned]]:
     """The retention of ``agentauth serve``: each workspace's entries older than ``days``
-    archived into ``folder`` and pruned; what came of each workspace that had any."""
+    archived into ``folder`` (in ``archive_format`` too) and pruned; what came of each
+    workspace that had any."""
     with db.transaction() as session:
         workspaces = session.execute(select(Workspace.id, Workspace.name)).all()
     cut = clock() - timedelta(days=days)
     done = []
     for workspace_id, name in workspaces:
-        pruned = prune(db, key, workspace_id, name, cut, folder, clock)
+        pruned = prune(
+            db, key, workspace_id, name, cut, folder, clock, archive_format=archive_format
+        )
         if pruned.taken is not None or pruned.resumed:
             done.append((name, pruned))
     return done
@@ -161,12 +174,22 @@ def _audit_the_prune(
     type=click.Path(file_okay=False, path_type=Path),
     help="the folder the archive and its checkpoint are written to",
 )
+@click.option(
+    "--archive-format",
+    type=click.Choice(ARCHIVE_FORMATS),
+    default="jsonl",
+    show_default=True,
+    help="parquet: also write the verified archive as <WORKSPACE>-<first>-<last>.parquet",
+)
 @click.option("--dry-run", is_flag=True, help="say what would be archived and removed, do nothing")
-def prune_command(db: str | None, workspace: str, before: str, folder: Path, dry_run: bool) -> None:
+def prune_command(
+    db: str | None, workspace: str, before: str, folder: Path, archive_format: str, dry_run: bool
+) -> None:
     """Archive the oldest entries, verify the archive, then remove them from the database.
 
     Writes <WORKSPACE>-<first>-<last>.jsonl.gz (the JSONL export's lines) and its signed
-    .checkpoint to --archive; exits 1, removing nothing, when the archive does not verify."""
+    .checkpoint to --archive, and with --archive-format parquet the same entries as .parquet
+    beside them; exits 1, removing nothing, when the archive does not verify."""
     try:
         cut = parse_instant(before)
     except ValueError:
@@ -182,7 +205,10 @@ def prune_command(db: str | None, workspace: str, before: str, folder: Path, dry
             workspace_id = ids.workspace_id(workspace)
             if session.get(Workspace, workspace_id) is None:
                 _stop(f"no workspace named {workspace!r} in this database")
-        done = prune(database, key, workspace_id, workspace, cut, folder, utc_now, dry_run=dry_run)
+        done = prune(
+            database, key, workspace_id, workspace, cut, folder, utc_now,
+            dry_run=dry_run, archive_format=archive_format,
+        )  # fmt: skip
     except (AgentAuthError, retention.ArchiveError, OSError) as exc:
         _stop(getattr(exc, "message", None) or str(exc))
     finally:
@@ -211,6 +237,8 @@ def _say(done: Pruned, before: str, dry_run: bool) -> None:
         )
         return
     click.echo(f"archived {what} to {done.archive}, checkpoint {done.checkpoint}; verified")
+    if done.parquet is not None:
+        click.echo(f"wrote the archive's Parquet form to {done.parquet}")
     click.echo(f"removed {done.removed} entries: pruned 1 to {taken.last}")
 
 

@@ -14,6 +14,10 @@ without calling the app, so the request changes nothing. A request that announce
 without an API key of the right shape is refused (by the app's authentication, 401) before a
 byte of its body is read. Why this stack: bench/RESULTS.md, "Issue 22, finding 2".
 
+An answer is sent once whole, so that one failing part-way is a 500 rather than a cut answer
+that looks complete; except one the app marks as streamed (an export of the whole audit log),
+which is sent as it is produced, through a pipe, and aborted if it fails (``api.streaming``).
+
 The front also answers, in the service's JSON error shape, what the app never sees: a request
 target longer than :data:`MAX_TARGET_BYTES` (414) and headers over :data:`MAX_HEADER_BYTES`
 (431). Granian answers, itself and with an empty body, a request it cannot parse (400), one of
@@ -35,6 +39,7 @@ from typing import IO, Any
 
 from flask import Flask
 
+from api import streaming
 from api.authorize import Routes
 from api.errors import error_body, render_error
 from api.metrics import IN_FLIGHT
@@ -165,15 +170,26 @@ class Front:
             protocol.response_bytes(status, _without_length(out_headers), data)
             return
         # the whole request on one thread (the app's context vars stay on it), the answer
-        # whole when it returns: in memory, or spooled to a file when it is long
-        answer = await asyncio.get_running_loop().run_in_executor(
-            self.pool, _run, self.wsgi, environ
-        )
+        # whole when it returns: in memory, or spooled to a file when it is long; or sent
+        # from that thread as it is produced, when the app marks it so (api.streaming)
+        loop = asyncio.get_running_loop()
+
+        def stream(status: int, out_headers: list[tuple[str, str]]) -> streaming.Channel:
+            channel = streaming.Channel()
+            if close:
+                out_headers.append(_CLOSE)
+            loop.call_soon_threadsafe(protocol.response_file, status, out_headers, channel.path)
+            return channel
+
+        answer = await loop.run_in_executor(self.pool, _run, self.wsgi, environ, stream)
+        if answer is _SENT:
+            return
         if answer is None:  # the app failed part-way through a long answer (logged)
             self._answer_error(
                 protocol, scope, headers, started, 500, "INTERNAL_ERROR", "unexpected server error"
             )
             return
+        assert isinstance(answer, tuple)
         status, out_headers, data, spooled = answer
         if close:
             out_headers.append(_CLOSE)
@@ -294,16 +310,38 @@ def _no_write(_data: bytes) -> None:
     raise RuntimeError("write() is not supported: return the body")
 
 
+#: what :func:`_run` returns for an answer it has sent itself, as it was produced
+_SENT = object()
+
+#: what :func:`_run` is given to send an answer as it is produced: called on the thread with
+#: the status and headers, it starts the answer and returns the channel to write the body to
+Stream = Callable[[int, list[tuple[str, str]]], streaming.Channel]
+
+
 def _run(
-    app: WSGIApp, environ: dict[str, Any]
-) -> tuple[int, list[tuple[str, str]], bytes, IO[bytes] | None] | None:
+    app: WSGIApp, environ: dict[str, Any], stream: Stream | None = None
+) -> tuple[int, list[tuple[str, str]], bytes, IO[bytes] | None] | object | None:
     """On a thread: run the app and take its whole answer. Returns the status, the headers,
     and the body: in memory when it is at most :data:`SPOOL_BYTES` (or where there is no
-    /proc), else in a file of no name, returned open. An answer is never sent before it is
-    whole, so one that fails part-way (an export whose database went away) is a 500, not a
-    cut answer that looks complete; None then, the error logged."""
+    /proc), else in a file of no name, returned open. Such an answer is never sent before it
+    is whole, so one that fails part-way is a 500, not a cut answer that looks complete; None
+    then, the error logged. An answer the app marks as streamed (api.streaming: an export) is
+    sent with ``stream`` as it is produced instead, and aborted if it fails part-way;
+    :data:`_SENT` then."""
     started = _Started()
+    if stream is not None:
+        environ[streaming.STREAMS] = True
     result = app(environ, started)
+    if stream is not None and streaming.is_marked(started.headers):
+        headers = streaming.unmarked(_without_length(started.headers))
+        if environ["REQUEST_METHOD"] == "HEAD":  # no body to send, none to produce
+            _close(result)
+            return started.status, headers, b"", None
+        try:
+            streaming.pump(result, stream(started.status, headers))
+        finally:
+            _close(result)
+        return _SENT
     spool: IO[bytes] | None = None
     parts: list[bytes] = []
     try:

@@ -17,6 +17,8 @@ DEFAULT_DATABASE_URL = "sqlite:///agentauth.db"
 #: the help of every command's --db option
 DATABASE_URL_HELP = f"database URL (default: $AGENTAUTH_DATABASE_URL, else {DEFAULT_DATABASE_URL})"
 SQLITE_SYNC_MODES = ("FULL", "NORMAL", "OFF", "EXTRA")
+#: the forms of a prune's archive: the JSONL one always, a Parquet one beside it with parquet
+ARCHIVE_FORMATS = ("jsonl", "parquet")
 #: the most the controller reads of one policy file, and of all a repository's policy files
 DEFAULT_MAX_POLICY_FILE_BYTES = 1024 * 1024
 DEFAULT_MAX_POLICY_REPO_BYTES = 64 * 1024 * 1024
@@ -60,6 +62,11 @@ class Settings:
     #: days into ``audit_archive_dir`` (decisions §9); 0 and "" keep everything
     audit_retention_days: int = 0
     audit_archive_dir: str = ""
+    #: ``jsonl``, or ``parquet`` to write a Parquet archive beside each JSONL one
+    audit_archive_format: str = "jsonl"
+    #: the most entries one ``format=parquet`` export holds (it is written whole to a
+    #: temporary file before it is sent: this bounds that file); not read from the environment
+    parquet_export_limit: int = 1_000_000
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -85,6 +92,7 @@ class Settings:
             checkpoint_interval_seconds=_int(env, "AGENTAUTH_CHECKPOINT_INTERVAL_SECONDS", 60),
             audit_retention_days=_int(env, "AGENTAUTH_AUDIT_RETENTION_DAYS", 0),
             audit_archive_dir=env.get("AGENTAUTH_AUDIT_ARCHIVE_DIR", ""),
+            audit_archive_format=env.get("AGENTAUTH_AUDIT_ARCHIVE_FORMAT", "jsonl").lower(),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.check()
@@ -110,6 +118,10 @@ class Settings:
             raise ConfigError(
                 "AGENTAUTH_AUDIT_RETENTION_DAYS and AGENTAUTH_AUDIT_ARCHIVE_DIR go together: set"
                 " both to archive and prune old audit entries, or neither to keep everything"
+            )
+        if self.audit_archive_format not in ARCHIVE_FORMATS:
+            raise ConfigError(
+                "AGENTAUTH_AUDIT_ARCHIVE_FORMAT must be one of " + ", ".join(ARCHIVE_FORMATS)
             )
         if self.sqlite_synchronous not in SQLITE_SYNC_MODES:
             raise ConfigError(

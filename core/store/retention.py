@@ -6,7 +6,8 @@ removed from the database. Each step leaves a state the next run completes:
 1. :func:`write_archive`: the archive and its checkpoint, each written to a temporary name,
    synced and renamed (a stop leaves at most a ``.partial`` file, written anew next time);
 2. :func:`verify_archive`: the file read back, its chain recomputed from the head of the
-   archive before it, held against the checkpoint;
+   archive before it, held against the checkpoint; then, when asked, :func:`write_parquet`
+   its Parquet form beside it, in the same way;
 3. :func:`record`: the pruned head (the range's last seq and hash) stored, in one transaction:
    from here on the database lets exactly these entries be deleted, verification starts at
    this head, and the list and totals leave them out;
@@ -46,7 +47,7 @@ from core.domain.auditchain import (
     verify_chain,
 )
 from core.domain.auditcounts import HOUR, Signature, epoch_seconds, floor_to
-from core.store import audit, auditcounts, auditstats, chain, partitions
+from core.store import audit, auditcounts, auditstats, chain, parquet, partitions
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
 
@@ -209,6 +210,20 @@ def write_archive(
         os.fsync(file.fileno())
     _replace(signed, note)
     return archive, note
+
+
+def write_parquet(archive: Path) -> Path:
+    """The Parquet form of a verified ``archive`` beside it (same name, ``.parquet``), read
+    from that archive so the two hold the same entries; written to a temporary name, synced
+    and renamed into place. Its path."""
+    final = archive.with_name(archive.name.removesuffix(".jsonl.gz") + ".parquet")
+    partial = final.with_name(final.name + ".partial")
+    with partial.open("wb") as file:
+        parquet.write(read_archive(archive), file)
+        file.flush()
+        os.fsync(file.fileno())
+    _replace(partial, final)
+    return final
 
 
 def _replace(partial: Path, final: Path) -> None:

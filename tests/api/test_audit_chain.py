@@ -204,8 +204,8 @@ def test_filters_narrow_either_export_and_the_list_alike(log):
         pytest.param({"format": "jsonl", "seq_to": str(2**63)}, "seq_to", "at most", id="2**63"),
         pytest.param({"seq_to": "0"}, "seq_to", "from 1", id="csv-zero"),
         pytest.param({"format": "jsonl", "agent_id": "x"}, "agent_id", "UUID", id="agent_id"),
-        pytest.param({"format": "xml"}, "format", "csv or jsonl", id="xml"),
-        pytest.param({"format": "JSONL"}, "format", "csv or jsonl", id="JSONL"),
+        pytest.param({"format": "xml"}, "format", "csv, jsonl or parquet", id="xml"),
+        pytest.param({"format": "JSONL"}, "format", "csv, jsonl or parquet", id="JSONL"),
     ],
 )
 def test_a_bad_export_query_is_400_naming_the_parameter(log, query, field, words):

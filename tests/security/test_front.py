@@ -1,9 +1,9 @@
 """The server's front (``api.serving``) as a client meets it, against the real server process:
-a long answer (an export) is sent whole, from a file, and leaves nothing behind, neither on
-disk nor in the next request; one that fails part-way is a 500, never a cut answer that looks
-complete; a body cut short by its client is refused; headers spelled with underscores do not
-pass for their dashed twins; HEAD answers keep their length; HTTP/2 in clear text is not
-spoken (it would have no header deadline).
+a long answer is sent whole, from a file, and leaves nothing behind, neither on disk nor in
+the next request, and an export is streamed whole, leaving nothing either; one that fails
+part-way is a 500, never a cut answer that looks complete; a body cut short by its client is
+refused; headers spelled with underscores do not pass for their dashed twins; HEAD answers
+keep their length; HTTP/2 in clear text is not spoken (it would have no header deadline).
 
 Every socket goes to 127.0.0.1; the server is stopped by its PID (``tests.server``)."""
 
@@ -64,8 +64,29 @@ def _raw(base: str, data: bytes) -> bytes:
 
 
 @pytest.mark.slow
+def test_a_long_answer_is_sent_whole_and_leaves_nothing_behind(served):
+    base, key, agent, spool = served
+    with httpx.Client(timeout=HANG_GUARD) as client:
+        page = client.get(
+            base + "/v1/audit-logs", params={"agent_id": agent, "limit": CALLS}, headers=bearer(key)
+        )
+        assert page.status_code == 200, page.text
+        assert int(page.headers["Content-Length"]) == len(page.content) > CALLS * BIG
+        assert sorted(e["parameters"]["i"] for e in page.json()["data"]) == list(range(CALLS))
+        # a spooled answer has no name on disk (beside it: the server's metrics folder)
+        assert [p for p in spool.iterdir() if not p.name.startswith("agentauth-metrics-")] == []
+
+        # and nothing of the caller's request is left in the next one's
+        anonymous = client.get(base + "/v1/agents")
+        assert anonymous.status_code == 401
+        assert not [h for h in anonymous.headers if h.lower().startswith("x-ratelimit")]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["jsonl", "csv"])
-def test_a_long_export_is_sent_whole_and_leaves_nothing_behind(served, kind):
+def test_an_export_is_streamed_whole_and_leaves_nothing_behind(served, kind):
+    """An export is sent as it is produced (api.streaming; tests/api/test_export_stream.py):
+    chunked, of no announced length, whole, through a pipe whose name is gone."""
     base, key, agent, spool = served
     with httpx.Client(timeout=HANG_GUARD) as client:
         export = client.get(
@@ -74,19 +95,21 @@ def test_a_long_export_is_sent_whole_and_leaves_nothing_behind(served, kind):
             headers=bearer(key),
         )
         assert export.status_code == 200, export.text
-        assert int(export.headers["Content-Length"]) == len(export.content) > CALLS * BIG
+        assert export.headers["Transfer-Encoding"] == "chunked"
+        assert "Content-Length" not in export.headers
         if kind == "jsonl":
             lines = export.content.decode().splitlines()
             assert sorted(json.loads(line)["parameters"]["i"] for line in lines) == list(
                 range(CALLS)
             )
-        # a spooled answer has no name on disk (beside it: the server's metrics folder)
+        else:
+            assert len(export.content) > CALLS * BIG
         assert [p for p in spool.iterdir() if not p.name.startswith("agentauth-metrics-")] == []
-
-        # and nothing of the exporter's request is left in the next one's
-        anonymous = client.get(base + "/v1/agents")
-        assert anonymous.status_code == 401
-        assert not [h for h in anonymous.headers if h.lower().startswith("x-ratelimit")]
+        # a HEAD of it answers its headers, no body, and produces none
+        head = client.head(
+            base + "/v1/audit-logs/export", params={"format": kind}, headers=bearer(key)
+        )
+        assert (head.status_code, head.content) == (200, b"")
 
 
 def test_an_answer_that_fails_part_way_is_none(tmp_path, monkeypatch):
