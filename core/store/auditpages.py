@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import and_, false, select, tuple_
 from sqlalchemy.orm import Session
 
 from core.domain.auditcounts import HOUR, MINUTE, Piece
@@ -120,11 +120,10 @@ def _walk(
         edge = None if edge_row is None else (edge_row[0], edge_row[1])
         # the chunk's entries by id, from the lead index: ordered by time alone, a database
         # may walk the time index instead, past every entry of the log but the few it wants
-        chunk_ids = select(AuditEntry.id).where(*where).order_by(*_ORDER).limit(chunk)
         wanted = limit + 1 - len(found)
         found += session.scalars(
             select(AuditEntry)
-            .where(AuditEntry.id.in_(chunk_ids), *rest)
+            .where(_in_chunk(session, where, chunk), *rest)
             .order_by(*_ORDER)
             .limit(wanted)
         )
@@ -138,6 +137,24 @@ def _walk(
         if scanned >= SCAN_LIMIT:
             return found, edge
         chunk = min(chunk * 4, SCAN_LIMIT - scanned)
+
+
+def _in_chunk(session: Session, where: list[Any], chunk: int) -> Any:
+    """An entry is among the first ``chunk`` of the lead index under ``where``. SQLite: by
+    id, from a subquery. PostgreSQL: the chunk's ids and times read first, then by those ids
+    within the chunk's span of time, so that only its days' partitions are looked in (with a
+    subquery PostgreSQL may scan every partition whole for a filter it thinks rare)."""
+    ordered = select(AuditEntry.timestamp, AuditEntry.id).where(*where).order_by(*_ORDER)
+    if session.get_bind().dialect.name != "postgresql":
+        return AuditEntry.id.in_(ordered.with_only_columns(AuditEntry.id).limit(chunk))
+    pairs = session.execute(ordered.limit(chunk)).all()
+    if not pairs:
+        return false()
+    return and_(
+        AuditEntry.id.in_([pair.id for pair in pairs]),
+        AuditEntry.timestamp >= pairs[-1].timestamp,
+        AuditEntry.timestamp <= pairs[0].timestamp,
+    )
 
 
 def _locate(
