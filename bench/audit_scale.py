@@ -222,13 +222,15 @@ def time_reads(
         times = []
         for _ in range(30):
             following = body["pagination"]["nextCursor"]
+            if following is None:  # a log too small for 30 pages
+                break
             query = urllib.parse.urlencode({"limit": 50, "cursor": following})
             url = f"{base}/v1/audit-logs?{query}"
             took, (status, body) = _timed(lambda url=url: http("GET", url, key=key))
             if status != 200 or body["pagination"]["count"] != 50:
                 raise RuntimeError(f"{name}: {status} {body}")
             times.append(took)
-        found.append(_summary(name, times, "30 pages of 50"))
+        found.append(_summary(name, times, f"{len(times)} pages of 50"))
     stats: list[tuple[str, dict[str, Any]]] = [
         ("stats, 30 days by hour", {**month, "bucket": "hour"}),
         ("stats, 30 days by hour by result", {**month, "bucket": "hour", "group_by": "result"}),
@@ -306,18 +308,26 @@ def _counter(url: str, workspace_id: str) -> Callable[[dict[str, Any]], int]:
     return count
 
 
+@contextlib.contextmanager
+def serving(url: str, folder: Path) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """``agentauth serve`` on the log at ``url`` (its key file in ``folder``), stopped at the
+    end: its base URL, an admin key, and the environment it runs in."""
+    env = server_env()
+    env["AGENTAUTH_AUDIT_KEY_FILE"] = str(folder / "audit.key")
+    key = create_admin_key(url, env)
+    base = f"http://127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "controller", "serve", "--host", "127.0.0.1"]
+    command += ["--port", base.rsplit(":", 1)[1], "--db", url]
+    ready = lambda: http("GET", base + "/healthz")[0] == 200  # noqa: E731
+    with running(command, env, folder / "serve.log", ready):
+        yield base, key, env
+
+
 def bench_scale(entries: int, database_url: str | None) -> tuple[dict[str, Any], list[Timing]]:
     """The log written, ``agentauth serve`` in front of it, the reads timed."""
     with database(database_url) as (url, folder):
         log = build_log(url, entries, folder)
-        env = server_env()
-        env["AGENTAUTH_AUDIT_KEY_FILE"] = str(folder / "audit.key")
-        key = create_admin_key(url, env)
-        base = f"http://127.0.0.1:{free_port()}"
-        command = [sys.executable, "-m", "controller", "serve", "--host", "127.0.0.1"]
-        command += ["--port", base.rsplit(":", 1)[1], "--db", url]
-        ready = lambda: http("GET", base + "/healthz")[0] == 200  # noqa: E731
-        with running(command, env, folder / "serve.log", ready):
+        with serving(url, folder) as (base, key, env):
             spilled = _temp_files(url)
             timings = time_reads(base, key, log, _counter(url, log["workspace_id"]))
             time.sleep(1.5)  # PostgreSQL's statistics are flushed within a second

@@ -19,17 +19,12 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from bench.audit_scale import build_log, database
+from bench.audit_scale import build_log, database, serving
 from bench.http_compare import (
     Point,
-    create_admin_key,
     create_agent_and_policy,
     ensure_wrk,
-    free_port,
-    http,
     run_wrk,
-    running,
-    server_env,
     stop,
     write_script,
 )
@@ -55,14 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{log['write_seconds']:.0f} s, folded in {log['fold_seconds']:.0f} s",
             flush=True,
         )
-        env = server_env()
-        env["AGENTAUTH_AUDIT_KEY_FILE"] = str(folder / "audit.key")
-        key = create_admin_key(url, env)
-        base = f"http://127.0.0.1:{free_port()}"
-        command = [sys.executable, "-m", "controller", "serve", "--host", "127.0.0.1"]
-        command += ["--port", base.rsplit(":", 1)[1], "--db", url]
-        ready = lambda: http("GET", base + "/healthz")[0] == 200  # noqa: E731
-        with running(command, env, folder / "serve.log", ready):
+        with serving(url, folder) as (base, key, env):
             body = create_agent_and_policy(base, key)
             script = write_script(folder / "authorize.lua", body, key, '"allowed"')
             target = base + "/v1/authorize"
