@@ -1,8 +1,10 @@
 """The audit log's counts (decisions §9), kept: each batch of decisions writes one tally a
 workspace in its transaction (``core.hotpath.chain``, with :data:`TALLY`), :func:`fold` moves
 tallies into the rollup rows of ``audit_counts`` off the hot path (``agentauth serve``'s
-maintenance process, every second), and erasure takes its entries back (:func:`add`). Read by
-``core.store.auditstats``, which adds the tallies not yet folded.
+maintenance process, every second, a bounded bite a transaction), erasure and removal take
+their entries back with a tally of negative counts (:func:`add`), and a prune deletes the
+rows of the hours it emptied whole (:func:`forget`). Read by ``core.store.auditstats``, which
+adds the tallies not yet folded.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ removed from the database. Each step leaves a state the next run completes:
 3. :func:`record`: the pruned head (the range's last seq and hash) stored, in one transaction:
    from here on the database lets exactly these entries be deleted, verification starts at
    this head, and the list and totals leave them out;
-4. :func:`remove`: the entries deleted a batch a transaction (each batch takes its counts
-   back with it), until none is left at or before the pruned head.
+4. :func:`remove`: the entries deleted until none is left at or before the pruned head:
+   whole day partitions dropped (PostgreSQL), then whole hours (their counts deleted at once),
+   then the rest a batch a transaction, each owing its counts back as a tally.
 
 A run first completes the removal a stopped run left, so nothing recorded as pruned stays,
 and never removes an entry that is not in a verified archive. The steps are run, with the
