@@ -3,6 +3,7 @@ agent with a policy, asking for a decision, writing audit entries as decisions d
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,6 +51,21 @@ def decide(client: Any, headers: Any, agent_id: str, tool: str, **parameters: An
     response = client.post("/v1/authorize", json=body, headers=headers)
     assert response.status_code == 200, response.get_data(as_text=True)
     return dict(response.json)
+
+
+def aged_entries(workspace_id: str, old: int, total: int, now: datetime) -> list[dict[str, Any]]:
+    """``total`` entries of unknown agents, the first ``old`` of them 40 days before ``now``,
+    the rest of ``now`` (seconds apart, in order): what a retention of 30 days prunes."""
+    return [
+        {
+            "workspace_id": workspace_id, "agent_id": str(uuid.uuid4()), "agent_exists": False,
+            "key_id": None, "tool_name": "calendar.read", "parameters": {"n": n},
+            "result": "allowed", "policy_id": None, "rule_index": None, "reason": "r",
+            "latency_ms": 1.0,
+            "timestamp": now - timedelta(days=40 if n < old else 0, seconds=10 - n),
+        }
+        for n in range(total)
+    ]  # fmt: skip
 
 
 def record_audit_entries(app: Any, entries: Iterable[dict[str, Any]]) -> None:

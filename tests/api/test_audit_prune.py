@@ -13,7 +13,6 @@ import secrets
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -346,19 +345,10 @@ def test_serve_archives_and_prunes_what_is_older_than_the_retention(
     """The real thing: entries of 40 days ago and of now; serve with a retention of 30 days
     archives and prunes the old ones at start, and the log verifies from there."""
     from core.domain.clock import utc_now
-    from tests.api.helpers import record_audit_entries
+    from tests.api.helpers import aged_entries, record_audit_entries
 
     now = utc_now()
-    rows = [
-        {
-            "workspace_id": workspace.id, "agent_id": str(uuid.uuid4()), "agent_exists": False,
-            "key_id": None, "tool_name": "calendar.read", "parameters": {"n": n},
-            "result": "allowed", "policy_id": None, "rule_index": None, "reason": "r",
-            "latency_ms": 1.0,
-            "timestamp": now - timedelta(days=40 if n < 4 else 0, seconds=10 - n),
-        }
-        for n in range(6)
-    ]  # fmt: skip
+    rows = aged_entries(workspace.id, 4, 6, now)
     workspace.key("admin")  # the workspace exists
     record_audit_entries(app, rows)
     folder = tmp_path / "archive"

@@ -14,7 +14,6 @@ import secrets
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -28,7 +27,7 @@ from core.config import Settings
 from core.domain.clock import isoformat, utc_now
 from core.domain.errors import ConfigError
 from core.store import retention
-from tests.api.helpers import decide, make_agent, record_audit_entries
+from tests.api.helpers import aged_entries, decide, make_agent, record_audit_entries
 from tests.audit_chain import AuditLog, fresh_database
 from tests.conftest import FakeClock, Tenant
 from tests.server import running_server
@@ -249,16 +248,7 @@ def test_serve_s_retention_writes_parquet_archives_when_set(database_url, worksp
     """Entries of 40 days ago and of now; serve with a retention of 30 days and
     AGENTAUTH_AUDIT_ARCHIVE_FORMAT=parquet archives the old ones in both forms, then prunes."""
     now = utc_now()
-    rows = [
-        {
-            "workspace_id": workspace.id, "agent_id": str(uuid.uuid4()), "agent_exists": False,
-            "key_id": None, "tool_name": "calendar.read", "parameters": {"n": n},
-            "result": "allowed", "policy_id": None, "rule_index": None, "reason": "r",
-            "latency_ms": 1.0,
-            "timestamp": now - timedelta(days=40 if n < 3 else 0, seconds=10 - n),
-        }
-        for n in range(5)
-    ]  # fmt: skip
+    rows = aged_entries(workspace.id, 3, 5, now)
     workspace.key("admin")  # the workspace exists
     record_audit_entries(app, rows)
     folder = tmp_path / "archive"
