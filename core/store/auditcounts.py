@@ -25,12 +25,14 @@ from core.store.models import AuditCount, AuditTally
 
 _KEY_COLUMNS: tuple[str, ...] = ("grain", "kind", "agent_id", "tool_name", "session_id")
 _KEY_COLUMNS += ("bucket", "result", "action")
-#: how many signatures one fold takes (about eight rollup rows each): a transaction of a few
-#: milliseconds, which on SQLite holds the write lock that decisions wait for; and the most
-#: tallies it reads to find them (a batch's tally holds a few signatures, an erasure's or a
-#: prune's up to a batch of entries')
+#: how many distinct signatures one fold takes (about eight rollup rows each): a transaction
+#: of a few milliseconds, which on SQLite holds the write lock that decisions wait for; and
+#: the most tallies it reads to find them. Batches under load repeat the same few signatures
+#: (the same agents and tools within a minute), so a fold takes a second of them at once: one
+#: transaction, one commit a second, rather than one every few dozen batches. An erasure's or
+#: a prune's tally holds up to a batch of entries' signatures, most of them distinct.
 FOLD_SIGNATURES = 250
-FOLD_LIMIT = 50
+FOLD_LIMIT = 2000
 #: the recorder's statement: one batch's tally of one workspace
 TALLY = insert(AuditTally).values(
     workspace_id=bindparam("workspace_id"), counts=bindparam("counts")
@@ -108,12 +110,12 @@ def forget(session: Session, workspace_id: str, start: int, end: int) -> None:
 
 
 def fold(session: Session) -> int:
-    """Fold the oldest tallies into the rollup rows, at most :data:`FOLD_SIGNATURES` of their
-    signatures (the last tally taken may be folded in part, the rest of it left), in
-    ``session``'s transaction (a write one: on SQLite it holds the write lock, which
-    decisions wait for; on PostgreSQL the tallies taken are locked, and a fold running
-    meanwhile skips them); how many signatures were folded. Readers see a signature in a
-    tally or in the rollups, never both."""
+    """Fold the oldest tallies (at most :data:`FOLD_LIMIT`) into the rollup rows, at most
+    :data:`FOLD_SIGNATURES` distinct signatures of them (the last tally taken may be folded in
+    part, the rest of it left), in ``session``'s transaction (a write one: on SQLite it holds
+    the write lock, which decisions wait for; on PostgreSQL the tallies taken are locked, and
+    a fold running meanwhile skips them); how many of the tallies' signatures were folded.
+    Readers see a signature in a tally or in the rollups, never both."""
     query = select(AuditTally.id, AuditTally.workspace_id, AuditTally.counts)
     query = query.order_by(AuditTally.id).limit(FOLD_LIMIT)
     if session.get_bind().dialect.name == "postgresql":
@@ -121,30 +123,36 @@ def fold(session: Session) -> int:
     budget = FOLD_SIGNATURES
     by_workspace: dict[str, Counter[Signature]] = {}
     done: list[int] = []
+    folded = 0
     for tally_id, workspace_id, text in session.execute(query).all():
         found = list(signatures(text))
-        taken, left = found[:budget], found[budget:]
         tally = by_workspace.setdefault(workspace_id, Counter())
-        for signature, n in taken:
+        taken = 0
+        for signature, n in found:
+            if signature not in tally:
+                if not budget:
+                    break
+                budget -= 1
             tally[signature] += n
-        budget -= len(taken)
-        if left:
-            session.execute(
-                update(AuditTally)
-                .where(AuditTally.id == tally_id)
-                .values(counts=tally_text(dict(left)))
-            )
+            taken += 1
+        folded += taken
+        if taken < len(found):
+            if taken:
+                left = dict(found[taken:])
+                session.execute(
+                    update(AuditTally)
+                    .where(AuditTally.id == tally_id)
+                    .values(counts=tally_text(left))
+                )
             break
         done.append(tally_id)
-        if not budget:
-            break
     changes: dict[tuple[str, Key], int] = {}
     for workspace_id, tally in by_workspace.items():
         changes.update({(workspace_id, key): n for key, n in _expand(tally).items()})
     _upsert(session, changes)
     if done:
         session.execute(delete(AuditTally).where(AuditTally.id.in_(done)))
-    return FOLD_SIGNATURES - budget
+    return folded
 
 
 def drain(db: Database) -> int:

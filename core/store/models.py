@@ -123,7 +123,16 @@ class AuditEntry(Base):
         Index("ix_audit_workspace_time", "workspace_id", "timestamp", "id"),
         Index("ix_audit_workspace_agent_time", "workspace_id", "agent_id", "timestamp", "id"),
         Index("ux_audit_workspace_seq", "workspace_id", "seq", unique=True),
-        Index("ix_audit_workspace_session_time", "workspace_id", "session_id", "timestamp", "id"),
+        # only the entries with a session (migration 0008)
+        Index(
+            "ix_audit_workspace_session_time",
+            "workspace_id",
+            "session_id",
+            "timestamp",
+            "id",
+            sqlite_where=text("session_id IS NOT NULL"),
+            postgresql_where=text("session_id IS NOT NULL"),
+        ),
         Index("ix_audit_workspace_tool_time", "workspace_id", "tool_name", "timestamp", "id"),
     )
 
@@ -199,10 +208,10 @@ class AuditTally(Base):
     """What one batch of decisions adds to one workspace's counts, written in the batch's
     transaction: ``counts`` is JSON, ``[[agent_id, tool_name, session_id, result, action,
     minute, n], ...]`` (``core.domain.auditcounts.Signature`` and how many). Folded into
-    ``audit_counts`` and removed, in one transaction, off the hot path."""
+    ``audit_counts`` and removed, in one transaction, off the hot path. No index but its key:
+    it holds about a second of batches, read whole (migration 0008)."""
 
     __tablename__ = "audit_tallies"
-    __table_args__ = (Index("ix_audit_tallies_workspace", "workspace_id", "id"),)
 
     id: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
