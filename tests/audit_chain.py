@@ -223,3 +223,19 @@ class AuditLog:
             else:
                 session.execute(text("ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only"))
             yield session
+
+
+@contextmanager
+def audit_log_of_its_own(folder: Path, key_file: str, clock: Any, name: str) -> Iterator[AuditLog]:
+    """A workspace ``name-<random>``'s log on a database of the test's own (a test that tampers
+    may take its guards away), with one agent allowed calendar.*; the app closed after."""
+    from api import create_app
+    from core.config import Settings
+
+    with fresh_database(folder) as url:
+        app = create_app(Settings(database_url=url, audit_key_file=key_file), clock=clock)
+        try:
+            tenant = Tenant(app, f"{name}-{secrets.token_hex(4)}", clock)
+            yield AuditLog(app, tenant, url, key_file, folder)
+        finally:
+            app.extensions["agentauth"].close()

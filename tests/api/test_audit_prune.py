@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -21,7 +20,6 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from api import create_app
 from core.config import Settings
 from core.domain.auditchain import Checkpoint, parse_note
 from core.domain.clock import isoformat
@@ -29,7 +27,7 @@ from core.domain.errors import ConfigError, StorageError
 from core.store import partitions, retention
 from tests.api.test_audit_chain import listed
 from tests.api.test_export import append_entries
-from tests.audit_chain import AuditLog, fresh_database, verify
+from tests.audit_chain import AuditLog, audit_log_of_its_own, verify
 from tests.conftest import FakeClock, Tenant
 from tests.server import running_server
 
@@ -40,14 +38,8 @@ KEPT = 3
 def log(tmp_path: Path, audit_key_file: str, clock: FakeClock) -> Iterator[AuditLog]:
     """A workspace's log on a database of this test's own (a test that tampers takes its
     guards away), with one agent allowed calendar.*."""
-    with fresh_database(tmp_path) as url:
-        settings = Settings(database_url=url, audit_key_file=audit_key_file)
-        app = create_app(settings, clock=clock)
-        try:
-            tenant = Tenant(app, f"prune-{secrets.token_hex(4)}", clock)
-            yield AuditLog(app, tenant, url, audit_key_file, tmp_path)
-        finally:
-            app.extensions["agentauth"].close()
+    with audit_log_of_its_own(tmp_path, audit_key_file, clock, "prune") as found:
+        yield found
 
 
 @pytest.fixture

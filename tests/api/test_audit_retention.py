@@ -15,12 +15,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from api import create_app
-from core.config import Settings
 from core.domain.clock import isoformat
 from core.store import retention
 from tests.api.test_audit_chain import listed
-from tests.audit_chain import AuditLog, fresh_database
+from tests.audit_chain import AuditLog, audit_log_of_its_own
 from tests.conftest import FakeClock, Tenant
 
 NEVER_PRUNED = {"kept": 0, "size": 0, "prunedThrough": 0, "oldest": None, "lastPrune": None}
@@ -29,14 +27,8 @@ NEVER_PRUNED = {"kept": 0, "size": 0, "prunedThrough": 0, "oldest": None, "lastP
 @pytest.fixture
 def log(tmp_path: Path, audit_key_file: str, clock: FakeClock) -> Iterator[AuditLog]:
     """A workspace's log on a database of this test's own, with one agent allowed calendar.*."""
-    with fresh_database(tmp_path) as url:
-        settings = Settings(database_url=url, audit_key_file=audit_key_file)
-        app = create_app(settings, clock=clock)
-        try:
-            tenant = Tenant(app, f"kept-{secrets.token_hex(4)}", clock)
-            yield AuditLog(app, tenant, url, audit_key_file, tmp_path)
-        finally:
-            app.extensions["agentauth"].close()
+    with audit_log_of_its_own(tmp_path, audit_key_file, clock, "kept") as found:
+        yield found
 
 
 def retained(log: AuditLog, headers: dict[str, str] | None = None) -> Any:
