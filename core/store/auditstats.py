@@ -113,8 +113,9 @@ def series(
     for part in parts:
         if part.grain is not None:
             assert kind is not None
-            for bucket, key, n in _rollups(session, workspace_id, filters, kind, part, group_by):
-                found[0 if grain is None else bucket_start(bucket, grain), key] += n
+            rollups = _rollups(session, workspace_id, filters, kind, part, grain, group_by)
+            for bucket, key, n in rollups:
+                found[bucket, key] += n
         elif grain is None or _one_bucket(part, grain):
             bucket = 0 if grain is None else _bucket_of(part, grain)
             for key, n in _entries(session, workspace_id, filters, part, group_by):
@@ -199,8 +200,13 @@ def _rollups(
     filters: Filters,
     kind: str,
     part: Piece,
+    grain: int | None,
     group_by: str | None,
 ) -> Sequence[Any]:
+    """``(bucket, key, count)`` of the rollup rows of ``part``, summed by buckets of ``grain``
+    (None: bucket 0) in the database: it answers one row a bucket and key asked for, not one
+    a row's bucket (30 days by day by tool: 6,000 groups, not the 144,000 of their hours, whose
+    hash table outgrew PostgreSQL's ``work_mem`` and spilled to temporary files)."""
     table = AuditCount
     where = [
         table.workspace_id == workspace_id,
@@ -228,11 +234,23 @@ def _rollups(
     if filters.action is not None:
         where.append(table.action == filters.action)
     keyed = [getattr(table, GROUP_COLUMNS[group_by])] if group_by else []
-    query = select(table.bucket, *keyed, func.sum(table.count))
-    rows = session.execute(query.where(*where).group_by(table.bucket, *keyed)).all()
-    if not keyed:
-        return [(row[0], None, int(row[1])) for row in rows]
-    return [(row[0], row[1], int(row[2])) for row in rows]
+    assert part.grain is not None
+    if grain is None:
+        buckets: list[Any] = []
+    elif grain > part.grain:  # whole rollup buckets lie in one bucket of the grain (UTC)
+        buckets = [(table.bucket // grain) * grain]
+    else:
+        buckets = [table.bucket]
+    query = select(*buckets, *keyed, func.sum(table.count))
+    rows = session.execute(query.where(*where).group_by(*buckets, *keyed)).all()
+    found = []
+    for row in rows:
+        if row[-1] is None:  # no group at all: a sum over no row
+            continue
+        bucket = int(row[0]) if buckets else 0
+        key = row[-2] if keyed else None
+        found.append((bucket, key, int(row[-1])))
+    return found
 
 
 def entry_where(workspace_id: str, filters: Filters, part: Piece) -> list[Any]:
