@@ -17,6 +17,7 @@ from sqlalchemy import event
 
 from core.domain.clock import isoformat
 from core.store import retention
+from tests.api.helpers import aged_entries, record_audit_entries
 from tests.api.test_audit_chain import listed
 from tests.audit_chain import AuditLog, audit_log_of_its_own
 from tests.conftest import FakeClock, Tenant
@@ -198,4 +199,40 @@ def test_its_reads_of_the_entries_are_index_lookups(log, clock, tmp_path):
                 # a Sort node (a Merge Append's "Sort Key" merges ordered index scans)
                 sorts = [line for line in plan if re.match(r"Sort\s+\(", line.lstrip(" ->"))]
             assert (scans, sorts) == ([], []), (statement, plan)
+        connection.rollback()
+
+
+def test_a_sessions_page_reads_the_session_index(log, clock):
+    """The session index holds only the entries that have a session (migration 0008); a page
+    of one session still walks it, never the whole log."""
+    entries = aged_entries(log.workspace.id, 0, 6, clock.moment)
+    for n, fields in enumerate(entries):
+        fields["session_id"] = "s-1" if n % 2 else None
+    record_audit_entries(log.app, entries)
+    engine = log.db.engine
+    seen: list[tuple[str, Any]] = []
+
+    def note(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "audit_log" in statement and "session_id" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        response = log.client.get("/v1/audit-logs?session_id=s-1", headers=log.headers)
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.json["pagination"]["total"] == 3
+    assert [e["sessionId"] for e in response.json["data"]] == ["s-1"] * 3
+    walks = [s for s in seen if "ORDER BY" in s[0]]
+    assert walks, seen
+    with engine.connect() as connection:
+        for statement, parameters in walks:
+            plan = " ".join(plan_lines(connection, statement, parameters, log.db.is_sqlite))
+            # PostgreSQL names each partition's index after its columns
+            index = "session_id_timestamp"
+            if log.db.is_sqlite:
+                index = "ix_audit_workspace_session_time"
+            assert index in plan, (statement, plan)
+            assert "SCAN audit_log " not in plan + " ", (statement, plan)
         connection.rollback()
