@@ -11,12 +11,18 @@ at the end. Every read is asked ``REPEAT`` times; the table has the median and t
 entries made here.
 
 ``python -m bench.audit_scale --entries 1000000 [--database-url postgresql://...]``
+
+``--keep DIR`` keeps the log (its SQLite file or schema, its key and what the reads need to
+know, all named in DIR) instead of dropping it, and a later run with the same DIR times the
+reads on it again without writing it: a log of tens of millions takes most of an hour to write.
+Remove DIR (and, on PostgreSQL, the schema named in ``DIR/log.json``) when done.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import random
 import shutil
 import statistics
@@ -256,31 +262,49 @@ def time_reads(
 
 
 @contextlib.contextmanager
-def database(url: str | None) -> Iterator[tuple[str, Path]]:
-    """A fresh SQLite file, or a fresh schema of the PostgreSQL at ``url`` (dropped after)."""
+def database(url: str | None, keep: Path | None = None) -> Iterator[tuple[str, Path]]:
+    """A fresh SQLite file, or a fresh schema of the PostgreSQL at ``url`` (dropped after);
+    with ``keep``, the one named there (made there if new) and kept."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        known = keep / "url"
+        if not known.exists():
+            if url is None:
+                known.write_text(f"sqlite:///{keep.resolve() / 'log.db'}")
+            else:
+                known.write_text(_new_schema(url))
+        yield known.read_text(), keep
+        return
     folder = Path(tempfile.mkdtemp(prefix="agentauth-scale-"))
     try:
         if url is None:
             yield f"sqlite:///{folder / 'log.db'}", folder
         else:
-            with _schema(url) as schema_url:
+            schema_url = _new_schema(url)
+            try:
                 yield schema_url, folder
+            finally:
+                _drop_schema(url, schema_url)
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # a log of millions: gigabytes
 
 
-@contextlib.contextmanager
-def _schema(url: str) -> Iterator[str]:
+def _new_schema(url: str) -> str:
+    """A new schema of the PostgreSQL at ``url``; the URL that works in it."""
     import psycopg
 
     schema = f"bench_scale_{int(time.time())}"
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{url}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as connection:
-            connection.execute(f"DROP SCHEMA {schema} CASCADE")
+    return f"{url}?options=-csearch_path%3D{schema}"
+
+
+def _drop_schema(url: str, schema_url: str) -> None:
+    import psycopg
+
+    schema = schema_url.rsplit("%3D", 1)[1]
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def _counter(url: str, workspace_id: str) -> Callable[[dict[str, Any]], int]:
@@ -327,10 +351,21 @@ def serving(url: str, folder: Path) -> Iterator[tuple[str, str, dict[str, str]]]
         yield base, key, env
 
 
-def bench_scale(entries: int, database_url: str | None) -> tuple[dict[str, Any], list[Timing]]:
-    """The log written, ``agentauth serve`` in front of it, the reads timed."""
-    with database(database_url) as (url, folder):
-        log = build_log(url, entries, folder)
+def bench_scale(
+    entries: int, database_url: str | None, keep: Path | None = None
+) -> tuple[dict[str, Any], list[Timing]]:
+    """The log written (or, kept from an earlier run, found), ``agentauth serve`` in front of
+    it, the reads timed."""
+    with database(database_url, keep) as (url, folder):
+        known = folder / "log.json"
+        if known.exists():
+            log = json.loads(known.read_text())
+            for moment in ("now", "start"):
+                log[moment] = datetime.fromisoformat(log[moment])
+        else:
+            log = build_log(url, entries, folder)
+            if keep is not None:
+                known.write_text(json.dumps(log, default=datetime.isoformat))
         with serving(url, folder) as (base, key, env):
             spilled = _temp_files(url)
             timings = time_reads(base, key, log, _counter(url, log["workspace_id"]))
@@ -396,8 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--database-url", default=None)
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR")
     args = parser.parse_args(argv)
-    log, timings = bench_scale(args.entries, args.database_url)
+    log, timings = bench_scale(args.entries, args.database_url, args.keep)
     report(log, timings, "PostgreSQL" if args.database_url else "SQLite")
     return 0
 
