@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import Text, func, select, type_coerce
+from sqlalchemy import Text, cast, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from core.config import Settings
@@ -66,6 +66,17 @@ _COLUMNS = (
     AuditEntry.hash,
     AuditEntry.erased,
 )
+#: PostgreSQL's driver would read JSONB with the standard library's JSON reader and the
+#: timestamp into a datetime, to be formatted again: twice the cost of the rest of reading a
+#: row. Asked as SQLite's text instead (the column holds UTC without a zone), both are read
+#: as fast as SQLite's
+_PG_COLUMNS = tuple(
+    {
+        4: type_coerce(cast(AuditEntry.parameters, Text), Text),
+        10: type_coerce(func.to_char(AuditEntry.timestamp, "YYYY-MM-DD HH24:MI:SS.US"), Text),
+    }.get(n, column)
+    for n, column in enumerate(_COLUMNS)
+)
 
 
 def head(session: Session, workspace_id: str) -> tuple[int, bytes]:
@@ -93,7 +104,8 @@ def entries(
     with ``seq`` and ``hash``, or ``{seq, entryHash, hash, erased: true}``. ``filters`` that
     look at content narrow it to the entries that match (erased ones never do)."""
     filters = replace(filters or audit.Filters(), seq_from=seq_from, seq_to=seq_to)
-    query = select(*_COLUMNS).where(AuditEntry.workspace_id == workspace_id)
+    columns = _COLUMNS if session.get_bind().dialect.name == "sqlite" else _PG_COLUMNS
+    query = select(*columns).where(AuditEntry.workspace_id == workspace_id)
     query = query.where(*audit.clauses(filters))
     if filters.by_content:
         query = query.where(AuditEntry.erased.is_(False))
