@@ -150,8 +150,12 @@ def _with_history(session: Session, workspace_id: str, agent_ids: list[str]) -> 
     for start in range(0, len(agent_ids), 500):
         chunk = agent_ids[start : start + 500]
         query = (
-            select(AuditEntry.agent_ref)
-            .where(AuditEntry.workspace_id == workspace_id, AuditEntry.agent_ref.in_(chunk))
+            select(AuditEntry.agent_id)
+            .where(
+                AuditEntry.workspace_id == workspace_id,
+                AuditEntry.agent_id.in_(chunk),
+                AuditEntry.agent_ref.is_not(None),
+            )
             .distinct()
         )
         found.update(str(row) for row in session.scalars(query))
@@ -166,7 +170,11 @@ def _recent_calls(session: Session, workspace_id: str, agent_id: str, limit: int
             AuditEntry.timestamp,
             AuditEntry.session_id,
         )
-        .where(AuditEntry.workspace_id == workspace_id, AuditEntry.agent_ref == agent_id)
+        .where(
+            AuditEntry.workspace_id == workspace_id,
+            AuditEntry.agent_id == agent_id,
+            AuditEntry.agent_ref.is_not(None),
+        )
         .order_by(AuditEntry.timestamp.desc(), AuditEntry.id.desc())
         .limit(limit)
     )

@@ -193,10 +193,9 @@ def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None 
     given), keeping each one's seq, entry hash and hash, and take them out of the
     counts. How many were erased. Deleting an agent erases its entries a batch at a time, each
     in a transaction of its own, then the rest in the transaction that deletes it."""
-    # through the agent's index alone (an erased entry leaves it: each batch finds the next
-    # at once); with the workspace in the query, SQLite, which keeps no statistics, would walk
-    # the workspace's whole seq index instead. An agent's entries are all of its workspace:
-    # those of an agent of another are dropped here, so none is erased.
+    # through the agent's index by time: an erased entry leaves it (its agent_id is cleared),
+    # so each batch finds the next at once. Entries written when no such agent existed
+    # (agent_ref NULL) are not its own and stay.
     described = select(
         AuditEntry.id,
         AuditEntry.workspace_id,
@@ -206,14 +205,17 @@ def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None 
         AuditEntry.result,
         AuditEntry.action,
         AuditEntry.timestamp,
-    ).where(AuditEntry.agent_ref == agent_id, AuditEntry.erased.is_(False))
+    ).where(
+        AuditEntry.workspace_id == workspace_id,
+        AuditEntry.agent_id == agent_id,
+        AuditEntry.agent_ref == agent_id,
+        AuditEntry.erased.is_(False),
+    )
     if limit is not None:
         described = described.limit(limit)
     tally: Counter[Signature] = Counter()
     found: list[str] = []
     for row in session.execute(described.execution_options(yield_per=2000)):
-        if row.workspace_id != workspace_id:
-            continue
         tally[signature(row._asdict())] += 1
         found.append(row.id)
     if not found:

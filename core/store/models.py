@@ -112,7 +112,7 @@ class Policy(Base):
 
 class AuditEntry(Base):
     """One decision. ``agent_id`` is what the caller asked about (possibly no agent at all);
-    ``agent_ref`` links to the agent when it existed, and cascades its deletion. On
+    ``agent_ref`` is the agent's id when it existed (deleting it erases the entry). On
     PostgreSQL the table is partitioned by day of ``timestamp`` (migration 0007,
     ``core.store.partitions``): its primary key there is ``(id, timestamp)`` and its
     ``(workspace_id, seq)`` index is not unique (the chain's locked head row keeps seqs
@@ -139,9 +139,9 @@ class AuditEntry(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id"))
     agent_id: Mapped[str] = mapped_column(String(36))
-    agent_ref: Mapped[str | None] = mapped_column(
-        ForeignKey("agents.id", ondelete="CASCADE"), index=True
-    )
+    #: the agent's id when it existed at the call, else None: only such an entry can be erased
+    #: (no index, no foreign key: migration 0009)
+    agent_ref: Mapped[str | None] = mapped_column(String(36))
     key_id: Mapped[str | None] = mapped_column(String(36))
     action: Mapped[str] = mapped_column(String(32))
     tool_name: Mapped[str] = mapped_column(String(255))

@@ -216,3 +216,45 @@ def test_migration_0006_counts_the_entries_written_before_it(tmp_path):
         _fold_all(db)
         assert _counted(db, workspace_id)[::4] == _truth(db, workspace_id)
         db.dispose()
+
+
+def test_migration_0009_an_agent_of_a_log_before_it_is_deleted_after_it(tmp_path):
+    """A log of 0008 (entries that name their agent with a foreign key): after the upgrade
+    the agent's deletion erases exactly its entries and removes it, the others' entries and
+    counts stay, the chain still verifies, and the database file is sound."""
+    from core.store import agents, chain
+
+    with fresh_database(tmp_path, revision="0008") as url:
+        db = Database(Settings(database_url=url))
+        workspace_id = _workspace(db, "before-0009")
+        mine = str(uuid.UUID(int=98))
+        with db.transaction(write=True) as session:
+            session.add(
+                Agent(
+                    id=mine, workspace_id=workspace_id, name="leaving", status="active",
+                    created_at=START, updated_at=START, policy_version=0,
+                )
+            )  # fmt: skip
+        rows = _rows(workspace_id, 240, seed=5)
+        for row in rows[::4]:
+            row.update(agent_id=mine, agent_ref=mine)
+        _record(db, rows[:120], per_batch=6)
+        upgrade(db)
+        _record(db, rows[120:], per_batch=6)  # written after it, the same way
+        with db.transaction(write=True) as session:
+            agents.delete_agent(session, workspace_id, mine)
+        with db.transaction() as session:
+            assert session.get(Agent, mine) is None
+            erased = session.scalar(sa.select(sa.func.count()).where(AuditEntry.erased.is_(True)))
+            assert erased == 60
+            assert auditstats.count(session, workspace_id, Filters()) == 180
+            assert auditstats.count(session, workspace_id, Filters(agent_id=mine)) == 0
+            report = chain.verify(session, workspace_id)
+            assert report.ok
+            assert report.size == 240
+        assert _counted(db, workspace_id)[::4] == _truth(db, workspace_id)
+        if db.is_sqlite:
+            with db.engine.connect() as connection:
+                assert connection.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+                assert connection.exec_driver_sql("PRAGMA foreign_key_check").all() == []
+        db.dispose()
