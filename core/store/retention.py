@@ -52,10 +52,14 @@ from core.store import audit, auditcounts, auditstats, chain, parquet, partition
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
 
-#: entries one removal transaction deletes: a short hold of SQLite's write lock
+#: the most entries one removal transaction deletes
 REMOVE_BATCH = 2000
-#: pages (of 4 KiB) one step of SQLite's incremental vacuum gives back to the file system
-VACUUM_PAGES = 4096
+#: how long one removal transaction should hold SQLite's write lock, which decisions wait for:
+#: each batch is sized from how long the last one took per entry (about a millisecond of a
+#: decision's own commit), and followed by a pause as long as it
+REMOVE_HOLD_SECONDS = 0.002
+#: the fewest entries a removal transaction deletes (a commit's own cost is its fsync)
+REMOVE_FEWEST = 16
 #: the tool name and action of a prune's own audit entry
 PRUNE = "audit.prune"
 
@@ -305,17 +309,17 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
             AuditEntry.timestamp >= hour,
             AuditEntry.timestamp < hour + timedelta(hours=1),
         )
+        pace = _Pace(db)
         while True:
-            started = time.monotonic()
-            with db.transaction(write=True) as session:
-                seqs = session.scalars(select(AuditEntry.seq).where(*in_hour).limit(REMOVE_BATCH))
+            with pace, db.transaction(write=True) as session:
+                seqs = session.scalars(select(AuditEntry.seq).where(*in_hour).limit(pace.size))
                 taken = seqs.all()
                 if taken:
                     session.execute(delete(AuditEntry).where(*in_hour, AuditEntry.seq.in_(taken)))
+                    pace.done(len(taken))
             if not taken:
                 break
             removed += len(taken)
-            _breathe(db, started)
 
 
 def _pruned_hour(session: Session, workspace_id: str) -> datetime | None:
@@ -347,9 +351,9 @@ def _pruned_hour(session: Session, workspace_id: str) -> datetime | None:
 def _remove_rest(db: Database, workspace_id: str) -> int:
     """The pruned entries left, a batch a transaction, each batch's counts taken back."""
     removed = 0
+    pace = _Pace(db)
     while True:
-        started = time.monotonic()
-        with db.transaction(write=True) as session:
+        with pace, db.transaction(write=True) as session:
             seq, _ = pruned_head(session, workspace_id)
             rows = session.execute(
                 select(
@@ -359,7 +363,7 @@ def _remove_rest(db: Database, workspace_id: str) -> int:
                 )
                 .where(AuditEntry.workspace_id == workspace_id, AuditEntry.seq <= seq)
                 .order_by(AuditEntry.seq)
-                .limit(REMOVE_BATCH)
+                .limit(pace.size)
             ).all()  # fmt: skip
             if not rows:
                 return removed
@@ -375,25 +379,54 @@ def _remove_rest(db: Database, workspace_id: str) -> int:
                 )
             )
             auditcounts.add(session, workspace_id, tally)
+            pace.done(len(rows))
         removed += len(rows)
-        _breathe(db, started)
 
 
-def _breathe(db: Database, started: float) -> None:
-    """After a batch begun at ``started``: on SQLite its pages given back to the file; then a
-    pause as long as it took, in which decisions waiting for the write lock get it."""
-    if db.is_sqlite:
-        with db.transaction(write=True) as session:
-            _give_back(session)
-    time.sleep(time.monotonic() - started)
+class _Pace:
+    """The removal's batches, each sized to hold the write lock about
+    :data:`REMOVE_HOLD_SECONDS` (from the last one's time per entry; on PostgreSQL, which
+    has no such lock, :data:`REMOVE_BATCH`) and followed by a pause as long as it took, in
+    which decisions waiting for the lock get it. On SQLite the pages a batch freed then go
+    back to the file system (a step of its incremental vacuum), timed with the batch."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.size = REMOVE_FEWEST if db.is_sqlite else REMOVE_BATCH
+        self._started = 0.0
+        self._entries = 0
+
+    def __enter__(self) -> _Pace:
+        self._started = time.monotonic()
+        self._entries = 0
+        return self
+
+    def done(self, entries: int) -> None:
+        """The batch removed ``entries``."""
+        self._entries = entries
+
+    def __exit__(self, *exc_info: object) -> None:
+        if exc_info[0] is not None or not self._entries:
+            return
+        if self._db.is_sqlite:
+            _give_back(self._db)
+        took = time.monotonic() - self._started
+        if self._db.is_sqlite:
+            each = took / self._entries
+            self.size = max(REMOVE_FEWEST, min(REMOVE_BATCH, int(REMOVE_HOLD_SECONDS / each)))
+        time.sleep(took)
 
 
-def _give_back(session: Session) -> None:
-    """A step of SQLite's incremental vacuum: up to :data:`VACUUM_PAGES` free pages given back
-    to the file system (the pragma frees a page a step: run as a script, it takes them all)."""
-    driver = session.connection().connection.driver_connection
-    assert driver is not None  # isolation_level None: the script runs in our transaction
-    driver.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES});")
+def _give_back(db: Database) -> None:
+    """SQLite's free pages given back to the file system, in a transaction of their own (the
+    pragma frees a page a step of its statement, which only ``executescript`` runs to the end,
+    in a transaction of its own: it commits the one it finds open, here empty, first)."""
+    with db.connect(write=True) as connection:
+        free = connection.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+        if free:
+            driver = connection.connection.driver_connection
+            assert driver is not None
+            driver.executescript(f"PRAGMA incremental_vacuum({int(free)});")
 
 
 def _drop_days(db: Database, workspace_id: str) -> int:
