@@ -57,9 +57,12 @@ REMOVE_BATCH = 2000
 #: how long one removal transaction should hold SQLite's write lock, which decisions wait for:
 #: each batch is sized from how long the last one took per entry (about a millisecond of a
 #: decision's own commit), and followed by a pause as long as it
-REMOVE_HOLD_SECONDS = 0.002
+REMOVE_HOLD_SECONDS = 0.005
 #: the fewest entries a removal transaction deletes (a commit's own cost is its fsync)
 REMOVE_FEWEST = 16
+#: free pages (of 4 KiB) that make SQLite's file give them back (a step of its incremental
+#: vacuum, a transaction and an fsync of its own: not after every small batch)
+VACUUM_FROM = 256
 #: the tool name and action of a prune's own audit entry
 PRUNE = "audit.prune"
 
@@ -286,7 +289,10 @@ def remove(db: Database, workspace_id: str) -> int:
     one."""
     removed = _drop_days(db, workspace_id)
     removed += _remove_hours(db, workspace_id)
-    return removed + _remove_rest(db, workspace_id)
+    removed += _remove_rest(db, workspace_id)
+    if db.is_sqlite and removed:
+        _give_back(db)  # what the last batches freed, short of VACUUM_FROM
+    return removed
 
 
 def _remove_hours(db: Database, workspace_id: str) -> int:
@@ -312,11 +318,12 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
         pace = _Pace(db)
         while True:
             with pace, db.transaction(write=True) as session:
+                pace.locked(session)
                 seqs = session.scalars(select(AuditEntry.seq).where(*in_hour).limit(pace.size))
                 taken = seqs.all()
                 if taken:
                     session.execute(delete(AuditEntry).where(*in_hour, AuditEntry.seq.in_(taken)))
-                    pace.done(len(taken))
+                    pace.done(session, len(taken))
             if not taken:
                 break
             removed += len(taken)
@@ -354,6 +361,7 @@ def _remove_rest(db: Database, workspace_id: str) -> int:
     pace = _Pace(db)
     while True:
         with pace, db.transaction(write=True) as session:
+            pace.locked(session)
             seq, _ = pruned_head(session, workspace_id)
             rows = session.execute(
                 select(
@@ -379,54 +387,67 @@ def _remove_rest(db: Database, workspace_id: str) -> int:
                 )
             )
             auditcounts.add(session, workspace_id, tally)
-            pace.done(len(rows))
+            pace.done(session, len(rows))
         removed += len(rows)
 
 
 class _Pace:
     """The removal's batches, each sized to hold the write lock about
     :data:`REMOVE_HOLD_SECONDS` (from the last one's time per entry; on PostgreSQL, which
-    has no such lock, :data:`REMOVE_BATCH`) and followed by a pause as long as it took, in
-    which decisions waiting for the lock get it. On SQLite the pages a batch freed then go
-    back to the file system (a step of its incremental vacuum), timed with the batch."""
+    has no such lock, :data:`REMOVE_BATCH`) and followed by a pause as long as it held it, in
+    which decisions waiting for the lock get it. A hold is timed from the moment the lock is
+    taken (:meth:`locked`) to the end of the COMMIT: the wait for it, behind decisions, is
+    not the batch's. On SQLite the pages the batches freed go back to the file system once
+    they make :data:`VACUUM_FROM` (a step of its incremental vacuum, paced the same way)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self.size = REMOVE_FEWEST if db.is_sqlite else REMOVE_BATCH
-        self._started = 0.0
+        self._locked = 0.0
         self._entries = 0
+        self._free = 0
 
     def __enter__(self) -> _Pace:
-        self._started = time.monotonic()
+        self._locked = 0.0
         self._entries = 0
         return self
 
-    def done(self, entries: int) -> None:
-        """The batch removed ``entries``."""
+    def locked(self, session: Session) -> None:
+        """First in the batch's transaction: the write lock taken (SQLite's ``BEGIN
+        IMMEDIATE`` runs at the transaction's first statement), the hold starts."""
+        session.connection()
+        self._locked = time.monotonic()
+
+    def done(self, session: Session, entries: int) -> None:
+        """Last in the batch's transaction: it removed ``entries``."""
         self._entries = entries
+        if self._db.is_sqlite:
+            self._free = session.connection().exec_driver_sql("PRAGMA freelist_count").scalar_one()
 
     def __exit__(self, *exc_info: object) -> None:
         if exc_info[0] is not None or not self._entries:
             return
+        held = time.monotonic() - self._locked
         if self._db.is_sqlite:
-            _give_back(self._db)
-        took = time.monotonic() - self._started
-        if self._db.is_sqlite:
-            each = took / self._entries
+            each = held / self._entries
             self.size = max(REMOVE_FEWEST, min(REMOVE_BATCH, int(REMOVE_HOLD_SECONDS / each)))
-        time.sleep(took)
+            if self._free >= VACUUM_FROM:
+                held += _give_back(self._db)
+        time.sleep(held)
 
 
-def _give_back(db: Database) -> None:
-    """SQLite's free pages given back to the file system, in a transaction of their own (the
-    pragma frees a page a step of its statement, which only ``executescript`` runs to the end,
-    in a transaction of its own: it commits the one it finds open, here empty, first)."""
+def _give_back(db: Database) -> float:
+    """SQLite's free pages given back to the file system, in a transaction of their own; how
+    long it held the write lock. (The pragma frees a page a step of its statement, which only
+    ``executescript`` runs to the end, in a transaction of its own: it commits the one it finds
+    open, here empty, first.)"""
     with db.connect(write=True) as connection:
         free = connection.exec_driver_sql("PRAGMA freelist_count").scalar_one()
-        if free:
-            driver = connection.connection.driver_connection
-            assert driver is not None
-            driver.executescript(f"PRAGMA incremental_vacuum({int(free)});")
+        locked = time.monotonic()
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        driver.executescript(f"PRAGMA incremental_vacuum({int(free)});")
+    return time.monotonic() - locked
 
 
 def _drop_days(db: Database, workspace_id: str) -> int:
