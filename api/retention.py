@@ -11,6 +11,8 @@ moves forward).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -54,6 +56,20 @@ class Pruned:
     @property
     def ok(self) -> bool:
         return self.report is None or self.report.ok
+
+
+#: how much lower than decisions a prune runs (nice): archiving and verifying millions of
+#: entries takes every core it is given, which the server's workers need more
+PRUNE_NICE = 10
+
+
+def yield_the_cpu() -> None:
+    """Run the calling thread (on Linux; elsewhere the process) at :data:`PRUNE_NICE` below
+    what it ran at, and the processes it starts from now on (verifying an archive's workers)
+    too. A nice value once raised cannot be lowered without privileges: call it only on a
+    thread, or in a process, that does nothing else afterwards."""
+    with contextlib.suppress(OSError):  # not permitted here: the prune runs as it is
+        os.nice(PRUNE_NICE)
 
 
 def prune(
@@ -194,6 +210,7 @@ def prune_command(
         cut = parse_instant(before)
     except ValueError:
         raise click.BadParameter("must be an ISO 8601 date-time", param_hint="--before") from None
+    yield_the_cpu()
     try:
         settings = Settings.from_env(database_url=db)
         key = signing.load_or_create(settings, create=False)

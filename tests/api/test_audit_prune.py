@@ -549,3 +549,26 @@ def test_a_prune_whose_cut_falls_inside_an_hour_keeps_that_hours_counts_exact(
             "count": 2,
         }
     ]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_a_prune_yields_the_cpu_on_its_own_thread_only():
+    """The retention's thread of ``agentauth serve`` (and the ``audit prune`` process) runs
+    below the server's workers; the thread that lowers itself leaves the others as they were."""
+    import threading
+
+    from api.retention import PRUNE_NICE, yield_the_cpu
+
+    seen: dict[str, int] = {}
+
+    def retention_thread() -> None:
+        before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        yield_the_cpu()
+        seen["lowered by"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) - before
+
+    main_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    worker = threading.Thread(target=retention_thread)
+    worker.start()
+    worker.join()
+    assert seen["lowered by"] == min(PRUNE_NICE, 19 - main_before)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
