@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             target = base + "/v1/authorize"
             run_wrk(wrk, target, script, args.concurrency, 2)  # warm up
             idle = run_wrk(wrk, target, script, args.concurrency, args.seconds)
+            _say("idle", idle)
             prune_command = [sys.executable, "-m", "controller", "audit", "prune", "--db", url]
             prune_command += ["--workspace", "default", "--before", day_end.isoformat()]
             prune_command += ["--archive", str(folder / "archive")]
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                     if time.perf_counter() - began > PRUNE_LIMIT_SECONDS:
                         raise RuntimeError("the prune ran past the bench's limit")
                     during.append(run_wrk(wrk, target, script, args.concurrency, args.seconds))
+                    _say(f"during the prune, run {len(during)}", during[-1])
             finally:
                 if prune.poll() is None:
                     stop(prune)  # type: ignore[arg-type]
@@ -74,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
             said = prune.stdout.read() if prune.stdout else ""
     _report(args, idle, during, took, prune.returncode, said)
     return 0
+
+
+def _say(name: str, point: Point) -> None:
+    """One run's figures as it ends (a prune of millions runs for many of them)."""
+    errors = point.unexpected + point.socket_errors
+    print(f"{name}: {point.rps:,.0f} req/s, p99 {point.p99_ms:.2f} ms, {errors} errors", flush=True)
 
 
 def _report(
