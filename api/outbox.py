@@ -43,7 +43,7 @@ from typing import Any
 from api.checkpoint_file import CheckpointFile
 from api.delivery import deliver, event_body
 from api.metrics import WEBHOOK_DELIVERIES
-from api.retention import prune_every_workspace, yield_the_cpu
+from api.retention import prune_every_workspace
 from core.config import Settings
 from core.domain.clock import Clock, utc_now
 from core.domain.errors import AgentAuthError
@@ -213,13 +213,6 @@ class Worker:
             due.run()
             self._stopping.wait(pause)
 
-    def _run_slow_chores(self, chores: list[Chore]) -> None:
-        """The long chores, below the server's workers in the CPU's queue (a prune archives
-        and verifies millions of entries); on Linux only this thread is lowered, not the
-        deliveries, the fold and the checkpoints."""
-        yield_the_cpu()
-        self._run_chores(chores, 1.0)
-
     def stop(self) -> None:
         """Take no more deliveries; return once the tries under way are recorded."""
         self._stopping.set()
@@ -246,7 +239,7 @@ class Worker:
         if self._retention is not None:
             slow.append((RETENTION_SECONDS, "audit retention", self._retention))
         slow_thread = threading.Thread(
-            target=self._run_slow_chores, args=(slow,), name="audit-retention", daemon=True
+            target=self._run_chores, args=(slow, 1.0), name="audit-retention", daemon=True
         )
         slow_thread.start()
         due = _Due(chores)

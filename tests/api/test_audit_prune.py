@@ -553,8 +553,8 @@ def test_a_prune_whose_cut_falls_inside_an_hour_keeps_that_hours_counts_exact(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
 def test_a_prune_yields_the_cpu_on_its_own_thread_only():
-    """The retention's thread of ``agentauth serve`` (and the ``audit prune`` process) runs
-    below the server's workers; the thread that lowers itself leaves the others as they were."""
+    """``agentauth audit prune`` runs below the server's workers; the thread that lowers
+    itself leaves the others of its process as they were."""
     import threading
 
     from api.retention import PRUNE_NICE, yield_the_cpu
