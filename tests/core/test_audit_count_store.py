@@ -60,6 +60,19 @@ def _workspace(db: Database, name: str) -> str:
     return workspace_id
 
 
+def _agent(db: Database, workspace_id: str, number: int, name: str) -> str:
+    """An agent of the workspace (its entries can be erased); its id."""
+    agent_id = str(uuid.UUID(int=number))
+    with db.transaction(write=True) as session:
+        session.add(
+            Agent(
+                id=agent_id, workspace_id=workspace_id, name=name, status="active",
+                created_at=START, updated_at=START, policy_version=0,
+            )
+        )  # fmt: skip
+    return agent_id
+
+
 def _rows(workspace_id: str, count: int, seed: int) -> list[dict[str, Any]]:
     rng = random.Random(seed)  # noqa: S311 - test data
     return [
@@ -169,14 +182,7 @@ def test_a_second_of_batches_repeating_signatures_folds_in_one_transaction(db):
 
 def test_erasure_takes_an_agents_entries_out_of_the_counts_folded_or_not(db):
     workspace_id = _workspace(db, "erased")
-    mine = str(uuid.UUID(int=99))
-    with db.transaction(write=True) as session:
-        session.add(
-            Agent(
-                id=mine, workspace_id=workspace_id, name="gone", status="active",
-                created_at=START, updated_at=START, policy_version=0,
-            )
-        )  # fmt: skip
+    mine = _agent(db, workspace_id, 99, "gone")
     rows = _rows(workspace_id, 300, seed=2)
     for row in rows[::3]:  # a third are the erased agent's, among the others
         row.update(agent_id=mine, agent_ref=mine)
@@ -227,14 +233,7 @@ def test_migration_0009_an_agent_of_a_log_before_it_is_deleted_after_it(tmp_path
     with fresh_database(tmp_path, revision="0008") as url:
         db = Database(Settings(database_url=url))
         workspace_id = _workspace(db, "before-0009")
-        mine = str(uuid.UUID(int=98))
-        with db.transaction(write=True) as session:
-            session.add(
-                Agent(
-                    id=mine, workspace_id=workspace_id, name="leaving", status="active",
-                    created_at=START, updated_at=START, policy_version=0,
-                )
-            )  # fmt: skip
+        mine = _agent(db, workspace_id, 98, "leaving")
         rows = _rows(workspace_id, 240, seed=5)
         for row in rows[::4]:
             row.update(agent_id=mine, agent_ref=mine)
