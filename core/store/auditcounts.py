@@ -15,9 +15,10 @@ from functools import cache
 from typing import Any
 
 import orjson
-from sqlalchemy import Insert, bindparam, delete, insert, select, update
+from sqlalchemy import Insert, bindparam, delete, insert, literal_column, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from core.domain.auditcounts import GRAINS, KINDS, Key, Signature, keys_of
 from core.store.database import Database
@@ -92,21 +93,28 @@ def settled(session: Session, workspace_id: str, start: int, end: int) -> bool:
     return not any(start <= found[5] < end for text in texts for found, _ in signatures(text))
 
 
-def forget(session: Session, workspace_id: str, start: int, end: int) -> None:
+def forget(
+    session: Session, workspace_id: str, start: int, end: int, limit: int | None = None
+) -> int:
     """Delete the workspace's rollup rows of ``[start, end)`` (whole hours), once
     :func:`settled`: what a prune does for the hours whose every entry it removes, instead of
-    taking those back one by one."""
-    for grain in GRAINS:
-        for kind in KINDS:  # each a range of the (workspace, grain, kind, bucket) index
-            session.execute(
-                delete(AuditCount).where(
-                    AuditCount.workspace_id == workspace_id,
-                    AuditCount.grain == grain,
-                    AuditCount.kind == kind,
-                    AuditCount.bucket >= start,
-                    AuditCount.bucket < end,
-                )
-            )
+    taking those back one by one; how many rows went. With ``limit`` (SQLite), at most that
+    many a call, so that the caller's transaction holds the write lock briefly: an hour of a
+    busy log has tens of thousands of minute rows. (The entries of a pruned hour are no longer
+    taken back by anything, erasure included, so the hour may go over several transactions.)"""
+    where = (
+        AuditCount.workspace_id == workspace_id,
+        AuditCount.grain.in_(GRAINS),  # each (grain, kind) a range of the bucket index
+        AuditCount.kind.in_(KINDS),
+        AuditCount.bucket >= start,
+        AuditCount.bucket < end,
+    )
+    statement = delete(AuditCount).where(*where)
+    if limit is not None:
+        rowid: ColumnElement[int] = literal_column("rowid")
+        some = select(rowid).select_from(AuditCount).where(*where).limit(limit)
+        statement = delete(AuditCount).where(rowid.in_(some.scalar_subquery()))
+    return int(session.connection().execute(statement).rowcount)
 
 
 def fold(session: Session, bite: int = FOLD_SIGNATURES) -> int:

@@ -52,11 +52,11 @@ from core.store import audit, auditcounts, auditstats, chain, parquet, partition
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
 
-#: the most entries one removal transaction deletes
+#: the most entries (or rollup rows) one removal transaction deletes
 REMOVE_BATCH = 2000
 #: how long one removal transaction should hold SQLite's write lock, which decisions wait for:
-#: each batch is sized from how long the last one took per entry (about a millisecond of a
-#: decision's own commit), and followed by a pause as long as it
+#: each batch is sized from the last one, scaled by how far its hold was from this (a few
+#: milliseconds of decisions' own commits), and followed by a pause as long as it
 REMOVE_HOLD_SECONDS = 0.005
 #: the fewest entries a removal transaction deletes (a commit's own cost is its fsync)
 REMOVE_FEWEST = 16
@@ -299,6 +299,7 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
     """The oldest hours in which every entry of the workspace is pruned, one after the other;
     how many entries they held."""
     removed = 0
+    pace, counts = _Pace(db), _Pace(db)  # kept from hour to hour: each finds its size once
     while True:
         with db.transaction(snapshot=True) as session:
             hour = _pruned_hour(session, workspace_id)
@@ -306,27 +307,37 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
             return removed
         start, end = epoch_seconds(hour), epoch_seconds(hour) + HOUR
         auditcounts.drain(db)  # the hour's tallies, if any, are long due
-        with db.transaction(write=True) as session:
+        with db.transaction(snapshot=True) as session:
             if not auditcounts.settled(session, workspace_id, start, end):
                 return removed
-            auditcounts.forget(session, workspace_id, start, end)
+        while True:  # the hour's rollup rows: at once on PostgreSQL, paced on SQLite
+            with counts, db.transaction(write=True) as session:
+                counts.locked(session)
+                limit = counts.size if db.is_sqlite else None
+                gone = auditcounts.forget(session, workspace_id, start, end, limit)
+                counts.done(session, gone)
+            if limit is None or gone < limit:
+                break
         in_hour = (
             AuditEntry.workspace_id == workspace_id,
             AuditEntry.timestamp >= hour,
             AuditEntry.timestamp < hour + timedelta(hours=1),
         )
-        pace = _Pace(db)
         while True:
             with pace, db.transaction(write=True) as session:
                 pace.locked(session)
-                seqs = session.scalars(select(AuditEntry.seq).where(*in_hour).limit(pace.size))
-                taken = seqs.all()
-                if taken:
-                    session.execute(delete(AuditEntry).where(*in_hour, AuditEntry.seq.in_(taken)))
-                    pace.done(session, len(taken))
-            if not taken:
+                # one statement, on the connection (no ORM bookkeeping): a batch's fixed cost
+                # is what makes a small batch dear; the hour's bounds outside the subquery
+                # too, so that PostgreSQL looks in that hour's partition only
+                taken = select(AuditEntry.id).where(*in_hour).limit(pace.size)
+                batch = delete(AuditEntry).where(
+                    *in_hour, AuditEntry.id.in_(taken.scalar_subquery())
+                )
+                gone = session.connection().execute(batch).rowcount
+                pace.done(session, gone)
+            if not gone:
                 break
-            removed += len(taken)
+            removed += gone
 
 
 def _pruned_hour(session: Session, workspace_id: str) -> datetime | None:
@@ -393,12 +404,13 @@ def _remove_rest(db: Database, workspace_id: str) -> int:
 
 class _Pace:
     """The removal's batches, each sized to hold the write lock about
-    :data:`REMOVE_HOLD_SECONDS` (from the last one's time per entry; on PostgreSQL, which
-    has no such lock, :data:`REMOVE_BATCH`) and followed by a pause as long as it held it, in
-    which decisions waiting for the lock get it. A hold is timed from the moment the lock is
-    taken (:meth:`locked`) to the end of the COMMIT: the wait for it, behind decisions, is
-    not the batch's. On SQLite the pages the batches freed go back to the file system once
-    they make :data:`VACUUM_FROM` (a step of its incremental vacuum, paced the same way)."""
+    :data:`REMOVE_HOLD_SECONDS` (the last one's size scaled by how far it missed; on
+    PostgreSQL, which has no such lock, :data:`REMOVE_BATCH`) and followed by a pause as long
+    as it held it, in which decisions waiting for the lock get it. A hold is timed from the
+    moment the lock is taken (:meth:`locked`) to the end of the COMMIT: the wait for it,
+    behind decisions, is not the batch's. On SQLite the pages the batches freed go back to the
+    file system once they make :data:`VACUUM_FROM` (a step of its incremental vacuum, paced
+    the same way)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -429,8 +441,11 @@ class _Pace:
             return
         held = time.monotonic() - self._locked
         if self._db.is_sqlite:
-            each = held / self._entries
-            self.size = max(REMOVE_FEWEST, min(REMOVE_BATCH, int(REMOVE_HOLD_SECONDS / each)))
+            # scaled by how far the hold was from the aim (at most halved or doubled a step):
+            # a batch's time is a fixed part (its statements, its commit) and a part per entry,
+            # so the last batch's time per entry would keep every batch at the smallest
+            scale = min(2.0, max(0.5, REMOVE_HOLD_SECONDS / max(held, 1e-6)))
+            self.size = max(REMOVE_FEWEST, min(REMOVE_BATCH, int(self._entries * scale)))
             if self._free >= VACUUM_FROM:
                 held += _give_back(self._db)
         time.sleep(held)
