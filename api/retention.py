@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -36,6 +38,7 @@ from core.store.models import AuditEntry, Workspace
 
 #: the agent id an audit entry of the service itself names (a prune): the nil UUID
 SERVICE = "00000000-0000-0000-0000-000000000000"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Pruned:
         return self.report is None or self.report.ok
 
 
-#: how much lower than decisions a prune runs (nice): archiving and verifying millions of
+#: how much lower than decisions a prune's archive runs (nice): writing and verifying millions of
 #: entries takes every core it is given, which the server's workers need more
 PRUNE_NICE = 10
 
@@ -72,6 +75,15 @@ def yield_the_cpu() -> None:
         os.nice(PRUNE_NICE)
 
 
+def _below(work: Callable[[], T]) -> T:
+    """``work``'s result, run on a thread of its own lowered by :func:`yield_the_cpu`: the
+    archive's writing and verifying, which hold no lock anyone waits for. The removal, which
+    holds SQLite's write lock a batch at a time, stays at the decisions' own priority: held by
+    a thread the scheduler puts off, that lock would keep every decision waiting."""
+    with ThreadPoolExecutor(1, "agentauth-prune-archive", initializer=yield_the_cpu) as pool:
+        return pool.submit(work).result()
+
+
 def prune(
     db: Database,
     key: Ed25519PrivateKey,
@@ -83,10 +95,12 @@ def prune(
     *,
     dry_run: bool = False,
     archive_format: str = "jsonl",
+    below: bool = False,
 ) -> Pruned:
     """Archive, verify, record and remove the entries before ``before``; with ``dry_run``,
     only say what that would take. With ``archive_format`` ``parquet``, the verified archive's
-    Parquet form is written beside it before anything is recorded or removed."""
+    Parquet form is written beside it before anything is recorded or removed. With ``below``,
+    the archive is written and verified below the decisions' priority (:func:`_below`)."""
     resumed = 0 if dry_run else retention.remove(db, workspace_id)  # what a stop left
     with db.transaction() as session:
         taken = retention.plan(session, workspace_id, before)
@@ -95,12 +109,19 @@ def prune(
     archive, note = retention.archive_paths(folder, name, taken)
     if dry_run:
         return Pruned(taken, archive, note)
-    archive, note = retention.write_archive(db, taken, folder, name, key)
-    checkpoint = Checkpoint.parse(parse_note(note.read_text(encoding="utf-8")).text)
-    report = retention.verify_archive(archive, checkpoint, taken)
+
+    def archived() -> tuple[Path, Path, Checkpoint, ChainReport, Path | None]:
+        archive, note = retention.write_archive(db, taken, folder, name, key)
+        checkpoint = Checkpoint.parse(parse_note(note.read_text(encoding="utf-8")).text)
+        report = retention.verify_archive(archive, checkpoint, taken)
+        if not report.ok:
+            return archive, note, checkpoint, report, None
+        table = retention.write_parquet(archive) if archive_format == "parquet" else None
+        return archive, note, checkpoint, report, table
+
+    archive, note, checkpoint, report, table = _below(archived) if below else archived()
     if not report.ok:
         return Pruned(taken, archive, note, report, resumed=resumed)
-    table = retention.write_parquet(archive) if archive_format == "parquet" else None
     if not _audited(db, workspace_id, taken):  # a stopped run's entry says it already
         _audit_the_prune(db, workspace_id, taken, archive, clock)
     with db.transaction(write=True) as session:
@@ -210,7 +231,6 @@ def prune_command(
         cut = parse_instant(before)
     except ValueError:
         raise click.BadParameter("must be an ISO 8601 date-time", param_hint="--before") from None
-    yield_the_cpu()
     try:
         settings = Settings.from_env(database_url=db)
         key = signing.load_or_create(settings, create=False)
@@ -224,7 +244,7 @@ def prune_command(
                 _stop(f"no workspace named {workspace!r} in this database")
         done = prune(
             database, key, workspace_id, workspace, cut, folder, utc_now,
-            dry_run=dry_run, archive_format=archive_format,
+            dry_run=dry_run, archive_format=archive_format, below=True,
         )  # fmt: skip
     except (AgentAuthError, retention.ArchiveError, OSError) as exc:
         _stop(getattr(exc, "message", None) or str(exc))

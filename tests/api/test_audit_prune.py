@@ -552,23 +552,35 @@ def test_a_prune_whose_cut_falls_inside_an_hour_keeps_that_hours_counts_exact(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
-def test_a_prune_yields_the_cpu_on_its_own_thread_only():
-    """``agentauth audit prune`` runs below the server's workers; the thread that lowers
-    itself leaves the others of its process as they were."""
+def test_a_prune_archives_below_the_decisions_and_removes_beside_them(
+    log, aged, tmp_path, monkeypatch
+):
+    """``agentauth audit prune`` writes and verifies its archive below the server's workers,
+    on a thread of its own; it removes entries, holding the write lock that decisions wait
+    for, at their priority; the thread that called it is left as it was."""
     import threading
 
-    from api.retention import PRUNE_NICE, yield_the_cpu
+    from api.retention import PRUNE_NICE
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     seen: dict[str, int] = {}
+    write_archive, remove = retention.write_archive, retention.remove
 
-    def retention_thread() -> None:
-        before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        yield_the_cpu()
-        seen["lowered by"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) - before
+    def writing(*args: Any) -> Any:
+        seen["archive"] = nice()
+        return write_archive(*args)
 
-    main_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    worker = threading.Thread(target=retention_thread)
-    worker.start()
-    worker.join()
-    assert seen["lowered by"] == min(PRUNE_NICE, 19 - main_before)
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
+    def removing(*args: Any) -> Any:
+        seen["remove"] = nice()
+        return remove(*args)
+
+    monkeypatch.setattr(retention, "write_archive", writing)
+    monkeypatch.setattr(retention, "remove", removing)
+    caller = nice()
+    result = _prune(log, aged["cut"], tmp_path / "archive")
+    assert result.exit_code == 0, result.output
+    assert "archived entries 1 to 5 (5)" in result.stdout
+    assert seen == {"archive": caller + min(PRUNE_NICE, 19 - caller), "remove": caller}
+    assert nice() == caller
