@@ -96,11 +96,13 @@ def prune(
     dry_run: bool = False,
     archive_format: str = "jsonl",
     below: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> Pruned:
     """Archive, verify, record and remove the entries before ``before``; with ``dry_run``,
     only say what that would take. With ``archive_format`` ``parquet``, the verified archive's
     Parquet form is written beside it before anything is recorded or removed. With ``below``,
-    the archive is written and verified below the decisions' priority (:func:`_below`)."""
+    the archive is written and verified below the decisions' priority (:func:`_below`).
+    ``progress`` is told when the removal starts (a day of a busy log takes minutes)."""
     resumed = 0 if dry_run else retention.remove(db, workspace_id)  # what a stop left
     with db.transaction() as session:
         taken = retention.plan(session, workspace_id, before)
@@ -126,6 +128,8 @@ def prune(
         _audit_the_prune(db, workspace_id, taken, archive, clock)
     with db.transaction(write=True) as session:
         retention.record(session, taken, checkpoint.head)
+    if progress is not None:
+        progress(f"verified the archive of entries {taken.first} to {taken.last}; removing them")
     removed = retention.remove(db, workspace_id)
     return Pruned(taken, archive, note, report, removed, resumed, table)
 
@@ -244,7 +248,7 @@ def prune_command(
                 _stop(f"no workspace named {workspace!r} in this database")
         done = prune(
             database, key, workspace_id, workspace, cut, folder, utc_now,
-            dry_run=dry_run, archive_format=archive_format, below=True,
+            dry_run=dry_run, archive_format=archive_format, below=True, progress=click.echo,
         )  # fmt: skip
     except (AgentAuthError, retention.ArchiveError, OSError) as exc:
         _stop(getattr(exc, "message", None) or str(exc))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -62,20 +63,33 @@ def main(argv: list[str] | None = None) -> int:
             prune_command += ["--archive", str(folder / "archive")]
             began = time.perf_counter()
             prune = subprocess.Popen(prune_command, env=env, stdout=subprocess.PIPE, text=True)
+            said: list[str] = []
+            reader = threading.Thread(target=_read_lines, args=(prune, began, said), daemon=True)
+            reader.start()
             during: list[Point] = []
             try:
                 while prune.poll() is None:
                     if time.perf_counter() - began > PRUNE_LIMIT_SECONDS:
                         raise RuntimeError("the prune ran past the bench's limit")
                     during.append(run_wrk(wrk, target, script, args.concurrency, args.seconds))
-                    _say(f"during the prune, run {len(during)}", during[-1])
+                    ended = time.perf_counter() - began
+                    _say(f"during the prune, run {len(during)} (to {ended:.0f} s)", during[-1])
             finally:
                 if prune.poll() is None:
                     stop(prune)  # type: ignore[arg-type]
             took = time.perf_counter() - began
-            said = prune.stdout.read() if prune.stdout else ""
-    _report(args, idle, during, took, prune.returncode, said)
+            reader.join()
+    _report(args, idle, during, took, prune.returncode, "\n".join(said))
     return 0
+
+
+def _read_lines(prune: subprocess.Popen[str], began: float, said: list[str]) -> None:
+    """The prune's lines as it says them, each with the time since it started (which of the
+    runs were during its archive, which during its removal)."""
+    assert prune.stdout is not None
+    for line in prune.stdout:
+        said.append(f"{time.perf_counter() - began:.0f} s: {line.rstrip()}")
+        print(f"prune, {said[-1]}", flush=True)
 
 
 def _say(name: str, point: Point) -> None:

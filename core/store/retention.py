@@ -63,6 +63,8 @@ REMOVE_FEWEST = 16
 #: free pages (of 4 KiB) that make SQLite's file give them back (a step of its incremental
 #: vacuum, a transaction and an fsync of its own: not after every small batch)
 VACUUM_FROM = 256
+#: how many entries of an archive are read a transaction (a second or so of reading)
+ARCHIVE_BITE = 50_000
 #: the tool name and action of a prune's own audit entry
 PRUNE = "audit.prune"
 
@@ -197,10 +199,9 @@ def write_archive(
     folder.mkdir(parents=True, exist_ok=True)
     head = b""
     partial = archive.with_name(archive.name + ".partial")
-    with db.transaction(snapshot=True) as session, partial.open("wb") as raw:
+    with partial.open("wb") as raw:
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-            lines = chain.entries(session, taken.workspace_id, taken.first, taken.last)
-            for chunk in chain.jsonl(lines):
+            for chunk in chain.jsonl(_in_bites(db, taken)):
                 out.write(chunk)
                 head = chunk  # the last chunk ends with the range's last line
         raw.flush()
@@ -218,6 +219,18 @@ def write_archive(
         os.fsync(file.fileno())
     _replace(signed, note)
     return archive, note
+
+
+def _in_bites(db: Database, taken: Plan) -> Iterator[dict[str, Any]]:
+    """The entries of ``taken`` in seq order, :data:`ARCHIVE_BITE` of them a transaction. One
+    read held open over millions of entries would keep SQLite from checkpointing its WAL past
+    it for minutes: the WAL would grow with every decision meanwhile, and the first checkpoint
+    after it, run by a decision's commit, would copy all of it. (An entry erased between two
+    bites is archived as erased or not; either verifies.)"""
+    for low in range(taken.first, taken.last + 1, ARCHIVE_BITE):
+        high = min(low + ARCHIVE_BITE - 1, taken.last)
+        with db.transaction(snapshot=True) as session:
+            yield from chain.entries(session, taken.workspace_id, low, high)
 
 
 def write_parquet(archive: Path) -> Path:

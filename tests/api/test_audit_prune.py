@@ -86,6 +86,21 @@ def test_prune_archives_verifies_then_removes(log, aged, tmp_path):
     assert log.checkpoint_note().split("\n")[1] == "9"
 
 
+def test_an_archive_read_in_bites_holds_every_entry_once_and_verifies(
+    log, aged, tmp_path, monkeypatch
+):
+    """The archive is read a few entries a transaction (no read held open for minutes): 5
+    entries in bites of 2 are 1 to 5, once each, and the prune verifies them."""
+    monkeypatch.setattr(retention, "ARCHIVE_BITE", 2)
+    folder = tmp_path / "archive"
+    result = _prune(log, aged["cut"], folder)
+    assert result.exit_code == 0, result.output
+    assert "verified the archive of entries 1 to 5; removing them" in result.stdout
+    archive, _ = _archive(folder, log, 1, 5)
+    assert [line["seq"] for line in _archived(archive)] == [1, 2, 3, 4, 5]
+    assert [e["seq"] for e in listed(log)] == [9, 8, 7, 6]
+
+
 def test_the_log_verifies_after_a_prune_in_the_database_and_offline(log, aged, tmp_path):
     folder = tmp_path / "archive"
     assert _prune(log, aged["cut"], folder).exit_code == 0
