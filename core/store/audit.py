@@ -27,7 +27,7 @@ from core.domain.auditcounts import Signature, signature_of
 from core.domain.clock import isoformat
 from core.domain.redaction import redact, scrub
 from core.store import auditcounts
-from core.store.models import AuditEntry
+from core.store.models import AuditEntry, AuditHead
 from core.store.paging import Page, paginate
 
 RESULTS = ("allowed", "denied", "escalated")
@@ -190,9 +190,13 @@ ERASE_BATCH = 250
 
 def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None = None) -> int:
     """Erase the content of the workspace's agent's entries (at most ``limit`` of them, when
-    given), keeping each one's seq, entry hash and hash, and take them out of the
-    counts. How many were erased. Deleting an agent erases its entries a batch at a time, each
-    in a transaction of its own, then the rest in the transaction that deletes it."""
+    given), keeping each one's seq, entry hash and hash, and take them out of the counts;
+    entries at or before the pruned head are left to the prune's removal. How many were
+    erased. Deleting an agent erases its entries a batch at a time, each in a transaction of
+    its own, then the rest in the transaction that deletes it."""
+    pruned = (
+        select(AuditHead.pruned_seq).where(AuditHead.workspace_id == workspace_id).scalar_subquery()
+    )
     # through the agent's index by time: an erased entry leaves it (its agent_id is cleared),
     # so each batch finds the next at once. Entries written when no such agent existed
     # (agent_ref NULL) are not its own and stay.
@@ -210,6 +214,10 @@ def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None 
         AuditEntry.agent_id == agent_id,
         AuditEntry.agent_ref == agent_id,
         AuditEntry.erased.is_(False),
+        # a pruned entry is in its archive, and a prune's removal is taking it, with its
+        # counts (a pruned hour's rollup rows may be gone already: taken back again here,
+        # they would go below zero)
+        AuditEntry.seq > func.coalesce(pruned, 0),
     )
     if limit is not None:
         described = described.limit(limit)

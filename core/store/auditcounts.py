@@ -101,7 +101,8 @@ def forget(
     taking those back one by one; how many rows went. With ``limit`` (SQLite), at most that
     many a call, so that the caller's transaction holds the write lock briefly: an hour of a
     busy log has tens of thousands of minute rows. (The entries of a pruned hour are no longer
-    taken back by anything, erasure included, so the hour may go over several transactions.)"""
+    taken back by anything, erasure included (``audit.erase``), so the hour may go over several
+    transactions.)"""
     where = (
         AuditCount.workspace_id == workspace_id,
         AuditCount.grain.in_(GRAINS),  # each (grain, kind) a range of the bucket index

@@ -238,6 +238,42 @@ def test_a_prune_stopped_after_any_step_loses_nothing_and_the_next_completes(
     assert verdict.report["start"] == 5
 
 
+def test_an_agent_deleted_while_a_prune_removes_leaves_its_counts_exact(
+    log, aged, tmp_path, monkeypatch, clock
+):
+    """An agent deleted while its pruned entries are being removed erases only its kept
+    ones: the pruned hour's counts, which the removal is deleting, are not taken back a
+    second time (they would go below zero)."""
+    from core.store import auditcounts
+
+    settled = auditcounts.settled
+    deleted: list[int] = []
+
+    def then_delete_the_agent(*args: Any) -> bool:
+        found = settled(*args)  # the hour's rollup rows go next
+        if not deleted:
+            answer = log.client.delete(f"/v1/agents/{log.agent}", headers=log.headers)
+            deleted.append(answer.status_code)
+        return found
+
+    monkeypatch.setattr(auditcounts, "settled", then_delete_the_agent)
+    window = {
+        "from": isoformat(clock.moment - timedelta(days=2)),
+        "to": isoformat(datetime.now(UTC) + timedelta(days=1)),  # the prune's entry: now
+    }
+    result = _prune(log, aged["cut"], tmp_path / "archive")
+    assert result.exit_code == 0, result.output
+    assert deleted == [204]
+    auditcounts.drain(log.db)
+    # kept: the three decisions after the cut, erased with their agent, and the prune's entry
+    assert _total(log) == 1
+    assert _stats(log, **window) == 1
+    answer = log.client.get(
+        "/v1/audit-logs/stats", headers=log.headers, query_string={**window, "bucket": "hour"}
+    )
+    assert all(item["count"] > 0 for item in answer.get_json()["data"])
+
+
 #: how many entries the killed prunes take: enough that each step lasts a while
 KILLED = 12_000
 
