@@ -27,7 +27,7 @@ import gzip
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -324,34 +324,39 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
         with db.transaction(snapshot=True) as session:
             if not auditcounts.settled(session, workspace_id, start, end):
                 return removed
-        while True:  # the hour's rollup rows: at once on PostgreSQL, paced on SQLite
-            with counts, db.transaction(write=True) as session:
-                counts.locked(session)
-                limit = counts.size if db.is_sqlite else None
-                gone = auditcounts.forget(session, workspace_id, start, end, limit)
-                counts.done(session, gone)
-            if limit is None or gone < limit:
-                break
-        in_hour = (
-            AuditEntry.workspace_id == workspace_id,
-            AuditEntry.timestamp >= hour,
-            AuditEntry.timestamp < hour + timedelta(hours=1),
+        removed += _remove_hour(db, workspace_id, hour, pace, counts)
+
+
+def _remove_hour(
+    db: Database, workspace_id: str, hour: datetime, pace: _Pace, counts: _Pace
+) -> int:
+    """A settled pruned hour: its rollup rows (at once on PostgreSQL, paced on SQLite), then
+    its entries, a paced batch a transaction; how many entries."""
+    start = epoch_seconds(hour)
+    while counts.batch(
+        lambda session, size: auditcounts.forget(
+            session, workspace_id, start, start + HOUR, size if db.is_sqlite else None
         )
-        while True:
-            with pace, db.transaction(write=True) as session:
-                pace.locked(session)
-                # one statement, on the connection (no ORM bookkeeping): a batch's fixed cost
-                # is what makes a small batch dear; the hour's bounds outside the subquery
-                # too, so that PostgreSQL looks in that hour's partition only
-                taken = select(AuditEntry.id).where(*in_hour).limit(pace.size)
-                batch = delete(AuditEntry).where(
-                    *in_hour, AuditEntry.id.in_(taken.scalar_subquery())
-                )
-                gone = session.connection().execute(batch).rowcount
-                pace.done(session, gone)
-            if not gone:
-                break
-            removed += gone
+    ):
+        pass
+    in_hour = (
+        AuditEntry.workspace_id == workspace_id,
+        AuditEntry.timestamp >= hour,
+        AuditEntry.timestamp < hour + timedelta(hours=1),
+    )
+
+    def entries(session: Session, size: int) -> int:
+        # one statement, on the connection (no ORM bookkeeping): a batch's fixed cost is what
+        # makes a small batch dear; the hour's bounds outside the subquery too, so that
+        # PostgreSQL looks in that hour's partition only
+        taken = select(AuditEntry.id).where(*in_hour).limit(size)
+        batch = delete(AuditEntry).where(*in_hour, AuditEntry.id.in_(taken.scalar_subquery()))
+        return int(session.connection().execute(batch).rowcount)
+
+    removed = 0
+    while gone := pace.batch(entries):
+        removed += gone
+    return removed
 
 
 def _pruned_hour(session: Session, workspace_id: str) -> datetime | None:
@@ -382,38 +387,39 @@ def _pruned_hour(session: Session, workspace_id: str) -> datetime | None:
 
 def _remove_rest(db: Database, workspace_id: str) -> int:
     """The pruned entries left, a batch a transaction, each batch's counts taken back."""
+
+    def batch(session: Session, size: int) -> int:
+        seq, _ = pruned_head(session, workspace_id)
+        rows = session.execute(
+            select(
+                AuditEntry.seq, AuditEntry.erased, AuditEntry.agent_id, AuditEntry.tool_name,
+                AuditEntry.session_id, AuditEntry.result, AuditEntry.action, AuditEntry.timestamp,
+            )
+            .where(AuditEntry.workspace_id == workspace_id, AuditEntry.seq <= seq)
+            .order_by(AuditEntry.seq)
+            .limit(size)
+        ).all()  # fmt: skip
+        if not rows:
+            return 0
+        tally: Counter[Signature] = Counter()
+        for row in rows:
+            if not row.erased:  # an erased entry was taken out of the counts already
+                tally[audit.signature(row._asdict())] -= 1
+        session.execute(
+            delete(AuditEntry).where(
+                AuditEntry.workspace_id == workspace_id,
+                AuditEntry.seq >= rows[0].seq,
+                AuditEntry.seq <= rows[-1].seq,
+            )
+        )
+        auditcounts.add(session, workspace_id, tally)
+        return len(rows)
+
     removed = 0
     pace = _Pace(db)
-    while True:
-        with pace, db.transaction(write=True) as session:
-            pace.locked(session)
-            seq, _ = pruned_head(session, workspace_id)
-            rows = session.execute(
-                select(
-                    AuditEntry.seq, AuditEntry.erased, AuditEntry.agent_id, AuditEntry.tool_name,
-                    AuditEntry.session_id, AuditEntry.result, AuditEntry.action,
-                    AuditEntry.timestamp,
-                )
-                .where(AuditEntry.workspace_id == workspace_id, AuditEntry.seq <= seq)
-                .order_by(AuditEntry.seq)
-                .limit(pace.size)
-            ).all()  # fmt: skip
-            if not rows:
-                return removed
-            tally: Counter[Signature] = Counter()
-            for row in rows:
-                if not row.erased:  # an erased entry was taken out of the counts already
-                    tally[audit.signature(row._asdict())] -= 1
-            session.execute(
-                delete(AuditEntry).where(
-                    AuditEntry.workspace_id == workspace_id,
-                    AuditEntry.seq >= rows[0].seq,
-                    AuditEntry.seq <= rows[-1].seq,
-                )
-            )
-            auditcounts.add(session, workspace_id, tally)
-            pace.done(session, len(rows))
-        removed += len(rows)
+    while gone := pace.batch(batch):
+        removed += gone
+    return removed
 
 
 class _Pace:
@@ -421,49 +427,39 @@ class _Pace:
     :data:`REMOVE_HOLD_SECONDS` (the last one's size scaled by how far it missed; on
     PostgreSQL, which has no such lock, :data:`REMOVE_BATCH`) and followed by a pause as long
     as it held it, in which decisions waiting for the lock get it. A hold is timed from the
-    moment the lock is taken (:meth:`locked`) to the end of the COMMIT: the wait for it,
-    behind decisions, is not the batch's. On SQLite the pages the batches freed go back to the
-    file system once they make :data:`VACUUM_FROM` (a step of its incremental vacuum, paced
-    the same way)."""
+    moment the lock is taken to the end of the COMMIT: the wait for it, behind decisions, is
+    not the batch's. On SQLite the pages the batches freed go back to the file system once
+    they make :data:`VACUUM_FROM` (a step of its incremental vacuum, paced the same way), and
+    what they wrote to the WAL is checkpointed in the pause."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self.size = REMOVE_FEWEST if db.is_sqlite else REMOVE_BATCH
-        self._locked = 0.0
-        self._entries = 0
-        self._free = 0
 
-    def __enter__(self) -> _Pace:
-        self._locked = 0.0
-        self._entries = 0
-        return self
-
-    def locked(self, session: Session) -> None:
-        """First in the batch's transaction: the write lock taken (SQLite's ``BEGIN
-        IMMEDIATE`` runs at the transaction's first statement), the hold starts."""
-        session.connection()
-        self._locked = time.monotonic()
-
-    def done(self, session: Session, entries: int) -> None:
-        """Last in the batch's transaction: it removed ``entries``."""
-        self._entries = entries
-        if self._db.is_sqlite:
-            self._free = session.connection().exec_driver_sql("PRAGMA freelist_count").scalar_one()
-
-    def __exit__(self, *exc_info: object) -> None:
-        if exc_info[0] is not None or not self._entries:
-            return
-        held = time.monotonic() - self._locked
+    def batch(self, step: Callable[[Session, int], int]) -> int:
+        """One batch: ``step(session, size)`` removes at most ``size`` rows in a write
+        transaction and says how many; then the next size, and the pause. How many went."""
+        with self._db.transaction(write=True) as session:
+            session.connection()  # SQLite's BEGIN IMMEDIATE: the write lock is taken here
+            locked = time.monotonic()
+            gone = step(session, self.size)
+            free = 0
+            if gone and self._db.is_sqlite:
+                free = session.connection().exec_driver_sql("PRAGMA freelist_count").scalar_one()
+        if not gone:
+            return 0
+        held = time.monotonic() - locked
         if self._db.is_sqlite:
             # scaled by how far the hold was from the aim (at most halved or doubled a step):
             # a batch's time is a fixed part (its statements, its commit) and a part per entry,
             # so the last batch's time per entry would keep every batch at the smallest
             scale = min(2.0, max(0.5, REMOVE_HOLD_SECONDS / max(held, 1e-6)))
-            self.size = max(REMOVE_FEWEST, min(REMOVE_BATCH, int(self._entries * scale)))
-            if self._free >= VACUUM_FROM:
+            self.size = max(REMOVE_FEWEST, min(REMOVE_BATCH, int(gone * scale)))
+            if free >= VACUUM_FROM:
                 held += _give_back(self._db) or 0.0
             _checkpoint(self._db)
         time.sleep(held)
+        return gone
 
 
 def _checkpoint(db: Database) -> None:
