@@ -228,9 +228,12 @@ def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None 
         found.append(row.id)
     if not found:
         return 0
+    # by the ids alone (the primary key): beside the workspace, SQLite walks the workspace's
+    # whole time index and tests each entry against the list (44 ms a batch at 400,000
+    # entries, 0.5 ms by the ids)
     erased: Any = session.execute(
         update(AuditEntry)
-        .where(AuditEntry.workspace_id == workspace_id, AuditEntry.id.in_(found))
+        .where(AuditEntry.id.in_(found))
         .values(ERASED)
         .execution_options(synchronize_session=False)
     )

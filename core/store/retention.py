@@ -345,12 +345,17 @@ def _remove_hour(
         AuditEntry.timestamp < hour + timedelta(hours=1),
     )
 
+    # the hour's bounds outside the subquery too on PostgreSQL, so that it looks in that
+    # hour's partition only; not on SQLite, which would then walk the hour's whole range of the
+    # time index and test each entry against the batch's ids, in every batch (44 ms over a
+    # range of 400,000 entries; 2 ms for 80 entries found by their ids)
+    bounds = () if db.is_sqlite else in_hour
+
     def entries(session: Session, size: int) -> int:
         # one statement, on the connection (no ORM bookkeeping): a batch's fixed cost is what
-        # makes a small batch dear; the hour's bounds outside the subquery too, so that
-        # PostgreSQL looks in that hour's partition only
+        # makes a small batch dear
         taken = select(AuditEntry.id).where(*in_hour).limit(size)
-        batch = delete(AuditEntry).where(*in_hour, AuditEntry.id.in_(taken.scalar_subquery()))
+        batch = delete(AuditEntry).where(*bounds, AuditEntry.id.in_(taken.scalar_subquery()))
         return int(session.connection().execute(batch).rowcount)
 
     removed = 0
