@@ -123,6 +123,7 @@ class Point:
     placement: tuple[int, ...] = ()  # wrk's connections held by each worker process
     restarts: int = 0  # runs stopped early because a worker held none of the connections
     cpu_micros: float = 0.0  # CPU time of the server's processes per request (0: not measured)
+    max_ms: float = 0.0  # the slowest call of the run
 
 
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
@@ -155,6 +156,7 @@ def parse_wrk(output: str, concurrency: int) -> Point:
         rps=float(field(r"^Requests/sec:\s*([\d.]+)")),
         p50_ms=_ms(field(r"^\s*50%\s+(\S+)")),
         p99_ms=_ms(field(r"^\s*99%\s+(\S+)")),
+        max_ms=_ms(field(r"^\s*Latency\s+\S+\s+\S+\s+(\S+)")),
         unexpected=max(unexpected, int(non2xx[1]) if non2xx else 0),
         socket_errors=sum(int(n) for n in errors.groups()) if errors else 0,
     )
@@ -296,7 +298,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def http(method: str, url: str, body: Any = None, key: str | None = None) -> tuple[int, Any]:
+def http(
+    method: str, url: str, body: Any = None, key: str | None = None, timeout: float = 10
+) -> tuple[int, Any]:
     """A JSON request to 127.0.0.1; ``(status, decoded body)``."""
     assert url.startswith("http://127.0.0.1:"), url  # loopback only
     data = None if body is None else json.dumps(body).encode()
@@ -305,7 +309,7 @@ def http(method: str, url: str, body: Any = None, key: str | None = None) -> tup
     if key:
         req.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(req, timeout=10) as answer:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=timeout) as answer:  # noqa: S310
             return answer.status, json.loads(answer.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from bench.audit_scale import build_log, database, serving
 from bench.http_compare import (
@@ -66,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             body = create_agent_and_policy(base, key)
             script = write_script(folder / "authorize.lua", body, key, '"allowed"')
             if args.rate:
-                pause_ms = max(1, round(1000 * args.concurrency / args.rate))
-                with script.open("a") as lua:
-                    lua.write(f"function delay() return {pause_ms} end\n")
+                pace(script, args.concurrency, args.rate)
             target = base + "/v1/authorize"
             run_wrk(wrk, target, script, args.concurrency, 2)  # warm up
             idle: list[Point] = []
@@ -100,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             _say("idle again, after the prune", after)
     _report(args, idle, during, after, took, prune.returncode, "\n".join(said))
     return 0
+
+
+def pace(script: Path, concurrency: int, rate: float) -> None:
+    """wrk's ``script`` made to wait between a connection's calls, so that ``concurrency``
+    connections make about ``rate`` calls a second together (while the server keeps up)."""
+    pause_ms = max(1, round(1000 * concurrency / rate))
+    with script.open("a") as lua:
+        lua.write(f"function delay() return {pause_ms} end\n")
 
 
 def _read_lines(prune: subprocess.Popen[str], began: float, said: list[str]) -> None:

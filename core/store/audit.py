@@ -216,8 +216,10 @@ def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None 
         AuditEntry.erased.is_(False),
         # a pruned entry is in its archive, and a prune's removal is taking it, with its
         # counts (a pruned hour's rollup rows may be gone already: taken back again here,
-        # they would go below zero)
-        AuditEntry.seq > func.coalesce(pruned, 0),
+        # they would go below zero). "seq + 0": a bound on seq itself makes SQLite (no
+        # statistics) walk the workspace's seq index from the pruned head instead, past every
+        # entry erased so far and every other agent's, a walk that grew with each batch
+        AuditEntry.seq + 0 > func.coalesce(pruned, 0),
     )
     if limit is not None:
         described = described.limit(limit)

@@ -167,14 +167,17 @@ def drop(session: Session, day: Day) -> dict[str, int] | None:
     held = {str(workspace_id): int(n) for workspace_id, n in counted}
     nested = session.begin_nested()
     try:
+        # the day's rollup rows first (a day of a million entries has about as many): the
+        # DROP takes the log's lock, which decisions wait for until this transaction commits
+        # (forgotten after it, they held authorize up for 400 ms)
+        for workspace_id in heads:
+            forget(session, workspace_id, start, end)
         session.execute(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
         session.execute(text(f'DROP TABLE "{day.name}"'))
         session.execute(text("SET LOCAL lock_timeout TO DEFAULT"))
     except OperationalError as exc:
-        nested.rollback()
+        nested.rollback()  # the rollup rows too: the day keeps its entries and its counts
         log.warning("audit partition %s not dropped now: %s", day.name, exc.orig)
         return None
     nested.commit()
-    for workspace_id in heads:
-        forget(session, workspace_id, start, end)
     return held

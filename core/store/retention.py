@@ -57,7 +57,7 @@ REMOVE_BATCH = 2000
 #: how long one removal transaction should hold SQLite's write lock, which decisions wait for:
 #: each batch is sized from the last one, scaled by how far its hold was from this (a few
 #: milliseconds of decisions' own commits), and followed by a pause as long as it
-REMOVE_HOLD_SECONDS = 0.005
+REMOVE_HOLD_SECONDS = 0.0025
 #: the fewest entries a removal transaction deletes (a commit's own cost is its fsync)
 REMOVE_FEWEST = 16
 #: free pages (of 4 KiB) that make SQLite's file give them back (a step of its incremental

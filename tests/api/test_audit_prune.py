@@ -524,6 +524,37 @@ def test_a_day_another_workspace_keeps_is_not_dropped_until_it_is_pruned(
     assert other_log.verify_db().code == 0
 
 
+def test_a_day_whose_drop_waits_too_long_keeps_its_partition_and_counts_stay_exact(
+    log: AuditLog, three_days, clock: FakeClock, tmp_path: Path
+):
+    """The drop waits at most partitions.LOCK_TIMEOUT_MS for the table's lock (a long reader
+    holds it here): the day stays, and its rollup rows, forgotten in the same transaction
+    before the DROP, come back with it, so the totals and stats are what they were."""
+    if not _postgres(log):
+        pytest.skip("partitions are PostgreSQL's")
+    import sqlalchemy as sa
+
+    per_day = three_days["per_day"]
+    everything = isoformat(DAY0 - timedelta(days=1))
+    first = partitions.day_of(DAY0.date()).name
+    reader = sa.create_engine(log.database_url, poolclass=sa.pool.NullPool)
+    try:
+        with reader.connect() as connection:
+            connection.execute(text(f'LOCK TABLE "{first}" IN ACCESS SHARE MODE'))
+            cut = isoformat(DAY0 + timedelta(days=1) - timedelta(hours=1))  # day one's end
+            result = _prune(log, cut, tmp_path / "archive")
+            assert result.exit_code == 0, result.output
+            assert first in _days(log)
+            connection.rollback()
+    finally:
+        reader.dispose()
+    kept = _total(log, **{"from": everything})
+    assert kept == 2 * per_day + 1  # days two and three, and the prune's own entry
+    later = isoformat(datetime.now(UTC) + timedelta(days=1))
+    assert _stats(log, **{"from": everything, "to": later, "bucket": "day"}) == kept
+    assert log.verify_db().code == 0
+
+
 def test_an_entry_of_a_day_with_no_partition_is_kept_in_the_default_one(
     log: AuditLog, clock: FakeClock
 ):
