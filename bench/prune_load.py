@@ -13,7 +13,7 @@ own CPU taken from it); with ``--rate R`` each of wrk's connections waits betwee
 that all of them together make about R calls a second (the issue's day of 8.6 million entries
 is 100 a second), and the p99 is what a call meets at that load. On PostgreSQL the day is one
 partition (made ahead, as the service makes them), which the prune drops; on SQLite it is
-deleted in paced batches of about 5 ms of the write lock each. Only 127.0.0.1 is used; the
+deleted in paced batches of about 2.5 ms of the write lock each. Only 127.0.0.1 is used; the
 server and the prune are stopped by their PIDs; the log's folder (or PostgreSQL schema) is
 removed at the end.
 """
