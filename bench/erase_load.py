@@ -21,15 +21,8 @@ import threading
 import time
 
 from bench.audit_scale import build_log, database, serving
-from bench.http_compare import (
-    Point,
-    create_agent_and_policy,
-    ensure_wrk,
-    http,
-    run_wrk,
-    write_script,
-)
-from bench.prune_load import IDLE_RUNS, pace
+from bench.http_compare import Point, ensure_wrk, http
+from bench.prune_load import authorize_runs, idle_runs
 
 #: the longest the deletion may take here (a request of the bench's own)
 DELETE_LIMIT_SECONDS = 3600.0
@@ -52,15 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         with serving(url, folder) as (base, key, _env):
-            body = create_agent_and_policy(base, key)
-            script = write_script(folder / "authorize.lua", body, key, '"allowed"')
-            if args.rate:
-                pace(script, args.concurrency, args.rate)
-            target = base + "/v1/authorize"
-            run_wrk(wrk, target, script, args.concurrency, 2)  # warm up
-            idle = [run_wrk(wrk, target, script, args.concurrency, args.seconds)]
-            while len(idle) < IDLE_RUNS:
-                idle.append(run_wrk(wrk, target, script, args.concurrency, args.seconds))
+            run = authorize_runs(wrk, base, key, folder, args)
+            idle = idle_runs(run)
             victim = log["agents"][0]
             answer: list[tuple[int, float]] = []
 
@@ -75,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             deleting.start()
             during: list[Point] = []
             while deleting.is_alive():
-                during.append(run_wrk(wrk, target, script, args.concurrency, args.seconds))
+                during.append(run())
             deleting.join()
-            after = run_wrk(wrk, target, script, args.concurrency, args.seconds)
+            after = run()
     status, took = answer[0] if answer else (0, 0.0)
     _report(args, idle, during, after, status, took)
     return 0 if status == 204 else 1

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -64,16 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         with serving(url, folder) as (base, key, env):
-            body = create_agent_and_policy(base, key)
-            script = write_script(folder / "authorize.lua", body, key, '"allowed"')
-            if args.rate:
-                pace(script, args.concurrency, args.rate)
-            target = base + "/v1/authorize"
-            run_wrk(wrk, target, script, args.concurrency, 2)  # warm up
-            idle: list[Point] = []
-            for n in range(IDLE_RUNS):
-                idle.append(run_wrk(wrk, target, script, args.concurrency, args.seconds))
-                _say(f"idle, run {n + 1}", idle[-1])
+            run = authorize_runs(wrk, base, key, folder, args)
+            idle = idle_runs(run)
             prune_command = [sys.executable, "-m", "controller", "audit", "prune", "--db", url]
             prune_command += ["--workspace", "default", "--before", day_end.isoformat()]
             prune_command += ["--archive", str(folder / "archive")]
@@ -87,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 while prune.poll() is None:
                     if time.perf_counter() - began > PRUNE_LIMIT_SECONDS:
                         raise RuntimeError("the prune ran past the bench's limit")
-                    during.append(run_wrk(wrk, target, script, args.concurrency, args.seconds))
+                    during.append(run())
                     ended = time.perf_counter() - began
                     _say(f"during the prune, run {len(during)} (to {ended:.0f} s)", during[-1])
             finally:
@@ -95,13 +88,36 @@ def main(argv: list[str] | None = None) -> int:
                     stop(prune)  # type: ignore[arg-type]
             took = time.perf_counter() - began
             reader.join()
-            after = run_wrk(wrk, target, script, args.concurrency, args.seconds)
+            after = run()
             _say("idle again, after the prune", after)
     _report(args, idle, during, after, took, prune.returncode, "\n".join(said))
     return 0
 
 
-def pace(script: Path, concurrency: int, rate: float) -> None:
+def authorize_runs(
+    wrk: str, base: str, key: str, folder: Path, args: argparse.Namespace
+) -> Callable[[], Point]:
+    """wrk calling ``POST /v1/authorize`` for an agent and policy of its own, warmed up: a
+    run each call, of ``args.seconds`` at ``args.concurrency`` (and ``args.rate``, if given)."""
+    body = create_agent_and_policy(base, key)
+    script = write_script(folder / "authorize.lua", body, key, '"allowed"')
+    if args.rate:
+        _pace(script, args.concurrency, args.rate)
+    target = base + "/v1/authorize"
+    run_wrk(wrk, target, script, args.concurrency, 2)  # warm up
+    return lambda: run_wrk(wrk, target, script, args.concurrency, args.seconds)
+
+
+def idle_runs(run: Callable[[], Point]) -> list[Point]:
+    """:data:`IDLE_RUNS` runs with nothing else going on, each said as it ends."""
+    idle: list[Point] = []
+    for n in range(IDLE_RUNS):
+        idle.append(run())
+        _say(f"idle, run {n + 1}", idle[-1])
+    return idle
+
+
+def _pace(script: Path, concurrency: int, rate: float) -> None:
     """wrk's ``script`` made to wait between a connection's calls, so that ``concurrency``
     connections make about ``rate`` calls a second together (while the server keeps up)."""
     pause_ms = max(1, round(1000 * concurrency / rate))
