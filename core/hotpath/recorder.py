@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections import deque
@@ -49,7 +48,7 @@ from core.hotpath.chain import AuditRow, Chain, ChainStatements, Mark
 from core.hotpath.reads import Reads
 from core.hotpath.sql import Compiled, compile_for
 from core.store import audit
-from core.store.database import Database
+from core.store.database import Database, begin_immediate
 from core.store.limits import STORED, Counted, upsert_statement, upsert_values
 from core.store.models import AuditEntry
 
@@ -67,9 +66,6 @@ FORGET_AFTER_SECONDS = 0.1
 GATHER_MAX_SECONDS = 0.05
 #: how long a batch waits for SQLite's write lock when no setting says otherwise
 LOCK_WAIT_SECONDS = 30.0
-#: SQLite's primary result codes for "another connection holds the lock" (extended codes such
-#: as SQLITE_BUSY_SNAPSHOT share their low byte)
-_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _AUDIT_COLUMNS = (
     "id", "workspace_id", "agent_id", "agent_ref", "key_id", "action", "tool_name",
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
@@ -557,16 +553,7 @@ class Recorder:
     def _begin(self, cursor: Any) -> None:
         if not self._sqlite:
             return  # psycopg opens the transaction itself
-        deadline = time.monotonic() + self._lock_wait
-        while True:
-            try:
-                cursor.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.Error as exc:  # another process holds the write lock
-                busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _BUSY
-                if not busy or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.0002)  # far finer than SQLite's own busy handler
+        begin_immediate(cursor.execute, self._lock_wait)  # another process may hold it
 
     def _rollback(self, connection: Any, cursor: Any) -> None:
         try:

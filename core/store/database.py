@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -30,6 +31,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core.config import Settings
 from core.domain.errors import ConfigError, StorageError
+
+#: SQLite's primary result codes for "another connection holds the lock" (extended codes such
+#: as SQLITE_BUSY_SNAPSHOT share their low byte)
+SQLITE_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: how often a writer tries again for SQLite's write lock while another process holds it
+SQLITE_LOCK_POLL_SECONDS = 0.0002
 
 _PG_NETWORK = {
     "connect_timeout": 10,
@@ -226,16 +233,46 @@ def _configure_sqlite(engine: Engine, settings: Settings) -> None:
         cursor.execute(f"PRAGMA busy_timeout={int(settings.sqlite_busy_timeout_ms)}")
         cursor.close()
 
+    busy_timeout_ms = int(settings.sqlite_busy_timeout_ms)
+
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "")
         # straight to the driver: this runs for every transaction, and going through
         # SQLAlchemy's execution machinery would cost more than the statement
         statement = f"BEGIN {mode}".strip()
+        driver = connection.connection.driver_connection
         try:
-            connection.connection.driver_connection.execute(statement)
+            if mode != "IMMEDIATE":
+                driver.execute(statement)
+                return
+            # the write lock polled for, not waited for in SQLite's busy handler: that one
+            # sleeps longer and longer between tries (up to 100 ms), so a writer of another
+            # process that takes the lock again at once (a fold, a prune's batches) kept a
+            # deletion's batch waiting 330 ms, and every decision of its process behind it
+            driver.execute("PRAGMA busy_timeout=0")
+            try:
+                begin_immediate(driver.execute, busy_timeout_ms / 1000)
+            finally:
+                driver.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         except sqlite3.Error as exc:  # e.g. locked: must reach callers as SQLAlchemy's error
             raise DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
+
+
+def begin_immediate(execute: Any, wait_seconds: float) -> None:
+    """``BEGIN IMMEDIATE`` through ``execute`` (a SQLite connection's or cursor's, with no busy
+    timeout of its own), tried again every :data:`SQLITE_LOCK_POLL_SECONDS` while another
+    connection holds the write lock, for at most ``wait_seconds``; then the driver's error."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.Error as exc:
+            busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in SQLITE_BUSY_CODES
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(SQLITE_LOCK_POLL_SECONDS)
 
 
 def _configure_postgresql(engine: Engine) -> None:

@@ -3,6 +3,9 @@ erasure that comes with deleting the entry's agent; counters are exact."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +16,7 @@ from core.domain import ids
 from core.domain.errors import StorageError
 from core.hotpath.recorder import Recorder
 from core.store import agents, audit, limits
+from core.store import database as database_module
 from core.store.database import Database
 from core.store.keys import ensure_workspace
 from core.store.models import AuditEntry, Policy
@@ -167,3 +171,70 @@ def test_counter_allows_exactly_the_maximum_then_resets_in_a_new_window(db):
         assert limits.stored(s, name) is None
     with db.transaction(write=True) as s:
         assert limits.consume(s, name, 660, 3) == (1, 660)
+
+
+def _sqlite(tmp_path, busy_timeout_ms: int) -> tuple[Database, sqlite3.Connection]:
+    """A SQLite database of its own (one write lock for every process: PostgreSQL has none,
+    so these run on SQLite in both test runs), with a table, and another process's connection
+    to it, in autocommit."""
+    path = tmp_path / "locked.db"
+    db = Database(
+        Settings(database_url=f"sqlite:///{path}", sqlite_busy_timeout_ms=busy_timeout_ms)
+    )
+    with db.transaction(write=True) as session:
+        session.execute(text("CREATE TABLE t (x INTEGER)"))
+    return db, sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+
+def test_a_write_polls_for_sqlites_lock_and_takes_it_when_the_holder_lets_go(tmp_path, monkeypatch):
+    """A write transaction waits for another process's write lock by trying again every
+    fraction of a millisecond (SQLite's own busy handler sleeps up to 100 ms between tries: a
+    deletion's batch waited 330 ms behind a fold that kept taking the lock, and every
+    decision of its process behind it). Its connection goes back with the busy timeout it had,
+    which reads and other statements still wait by."""
+    db, other = _sqlite(tmp_path, busy_timeout_ms=30_000)
+    other.execute("BEGIN IMMEDIATE")
+    polled = threading.Event()
+    sleep = time.sleep
+
+    def polling(seconds: float) -> None:
+        polled.set()
+        sleep(seconds)
+
+    monkeypatch.setattr(database_module.time, "sleep", polling)
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with db.transaction(write=True) as session:
+                session.execute(text("INSERT INTO t VALUES (1)"))
+        except BaseException as exc:  # reported to the test below
+            failed.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert polled.wait(30), "the write did not poll for the lock"
+    assert writer.is_alive()  # it waits while the other process holds the lock
+    other.execute("COMMIT")
+    writer.join(30)
+    assert not writer.is_alive()
+    assert not failed
+    assert other.execute("SELECT count(*) FROM t").fetchone() == (1,)
+    with db.connect() as connection:
+        timeout = connection.exec_driver_sql("PRAGMA busy_timeout").scalar_one()
+    assert timeout == 30_000
+    db.dispose()
+
+
+def test_a_write_that_never_gets_sqlites_lock_fails_after_the_busy_timeout_changing_nothing(
+    tmp_path,
+):
+    db, other = _sqlite(tmp_path, busy_timeout_ms=50)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StorageError), db.transaction(write=True) as session:
+        session.execute(text("INSERT INTO t VALUES (1)"))
+    other.execute("COMMIT")
+    assert other.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    with db.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 50
+    db.dispose()
