@@ -140,7 +140,7 @@ def build_log(
     began = time.perf_counter()
     # in bites of BULK_BITE distinct signatures rather than the service's 250: no decision
     # waits for the write lock here, and a commit's cost is its pages, shared by a larger bite
-    drain(db, BULK_BITE)
+    drain(db, BULK_BITE, paced=False)
     folded = time.perf_counter() - began
     if not db.is_sqlite:
         # PostgreSQL's planner statistics, as autovacuum keeps them on a database that grew

@@ -183,11 +183,6 @@ ERASED: dict[str, Any] = {
 }
 
 
-#: how many entries one transaction of a deletion erases: a short hold of SQLite's write lock,
-#: which other agents' decisions wait for
-ERASE_BATCH = 250
-
-
 def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None = None) -> int:
     """Erase the content of the workspace's agent's entries (at most ``limit`` of them, when
     given), keeping each one's seq, entry hash and hash, and take them out of the counts;

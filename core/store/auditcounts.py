@@ -23,6 +23,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from core.domain.auditcounts import GRAINS, KINDS, Key, Signature, keys_of
 from core.store.database import Database
 from core.store.models import AuditCount, AuditTally
+from core.store.paced import Pace
 
 _KEY_COLUMNS: tuple[str, ...] = ("grain", "kind", "agent_id", "tool_name", "session_id")
 _KEY_COLUMNS += ("bucket", "result", "action")
@@ -164,16 +165,23 @@ def fold(session: Session, bite: int = FOLD_SIGNATURES) -> int:
     return folded
 
 
-def drain(db: Database, bite: int = FOLD_SIGNATURES) -> int:
-    """Fold every tally, a bite a transaction; how many signatures. (A bulk load, with no
-    decision waiting for the write lock, folds faster in larger bites.)"""
+def drain(db: Database, bite: int = FOLD_SIGNATURES, *, paced: bool = True) -> int:
+    """Fold every tally, a bite a transaction; how many signatures. The bites are paced
+    (:class:`core.store.paced.Pace`, the first of ``bite`` signatures): a deletion's or a
+    prune's tallies hold some 250 distinct signatures each, and folded back to back in bites
+    of 250 they held SQLite's write lock 25 ms a bite, a decision waiting behind several. (A
+    bulk load, with no decision waiting, folds in larger bites with no pause.)"""
+    if paced:
+        return Pace(db, bite).run(fold)
     folded = 0
-    while True:
-        with db.transaction(write=True) as session:
-            taken = fold(session, bite)
+    while taken := _fold_once(db, bite):
         folded += taken
-        if not taken:
-            return folded
+    return folded
+
+
+def _fold_once(db: Database, bite: int) -> int:
+    with db.transaction(write=True) as session:
+        return fold(session, bite)
 
 
 def _expand(tally: Mapping[Signature, int]) -> Counter[Key]:

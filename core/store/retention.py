@@ -27,7 +27,7 @@ import gzip
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -48,21 +48,10 @@ from core.domain.auditchain import (
     verify_chain,
 )
 from core.domain.auditcounts import HOUR, Signature, epoch_seconds, floor_to
-from core.store import audit, auditcounts, auditstats, chain, parquet, partitions
+from core.store import audit, auditcounts, auditstats, chain, paced, parquet, partitions
 from core.store.database import Database
 from core.store.models import AuditEntry, AuditHead
 
-#: the most entries (or rollup rows) one removal transaction deletes
-REMOVE_BATCH = 2000
-#: how long one removal transaction should hold SQLite's write lock, which decisions wait for:
-#: each batch is sized from the last one, scaled by how far its hold was from this (a few
-#: milliseconds of decisions' own commits), and followed by a pause as long as it
-REMOVE_HOLD_SECONDS = 0.0025
-#: the fewest entries a removal transaction deletes (a commit's own cost is its fsync)
-REMOVE_FEWEST = 16
-#: free pages (of 4 KiB) that make SQLite's file give them back (a step of its incremental
-#: vacuum, a transaction and an fsync of its own: not after every small batch)
-VACUUM_FROM = 256
 #: how many entries of an archive are read a transaction (a second or so of reading)
 ARCHIVE_BITE = 50_000
 #: the tool name and action of a prune's own audit entry
@@ -304,7 +293,7 @@ def remove(db: Database, workspace_id: str) -> int:
     removed += _remove_hours(db, workspace_id)
     removed += _remove_rest(db, workspace_id)
     if db.is_sqlite and removed:  # what the last batches freed, a step and a pause at a time
-        while (held := _give_back(db)) is not None:
+        while (held := paced.give_back(db)) is not None:
             time.sleep(held)
     return removed
 
@@ -313,7 +302,8 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
     """The oldest hours in which every entry of the workspace is pruned, one after the other;
     how many entries they held."""
     removed = 0
-    pace, counts = _Pace(db), _Pace(db)  # kept from hour to hour: each finds its size once
+    # kept from hour to hour: each finds its size once
+    pace, counts = paced.Pace(db), paced.Pace(db)
     while True:
         with db.transaction(snapshot=True) as session:
             hour = _pruned_hour(session, workspace_id)
@@ -328,17 +318,16 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
 
 
 def _remove_hour(
-    db: Database, workspace_id: str, hour: datetime, pace: _Pace, counts: _Pace
+    db: Database, workspace_id: str, hour: datetime, pace: paced.Pace, counts: paced.Pace
 ) -> int:
     """A settled pruned hour: its rollup rows (at once on PostgreSQL, paced on SQLite), then
     its entries, a paced batch a transaction; how many entries."""
     start = epoch_seconds(hour)
-    while counts.batch(
+    counts.run(
         lambda session, size: auditcounts.forget(
             session, workspace_id, start, start + HOUR, size if db.is_sqlite else None
         )
-    ):
-        pass
+    )
     in_hour = (
         AuditEntry.workspace_id == workspace_id,
         AuditEntry.timestamp >= hour,
@@ -358,10 +347,7 @@ def _remove_hour(
         batch = delete(AuditEntry).where(*bounds, AuditEntry.id.in_(taken.scalar_subquery()))
         return int(session.connection().execute(batch).rowcount)
 
-    removed = 0
-    while gone := pace.batch(entries):
-        removed += gone
-    return removed
+    return pace.run(entries)
 
 
 def _pruned_hour(session: Session, workspace_id: str) -> datetime | None:
@@ -420,79 +406,7 @@ def _remove_rest(db: Database, workspace_id: str) -> int:
         auditcounts.add(session, workspace_id, tally)
         return len(rows)
 
-    removed = 0
-    pace = _Pace(db)
-    while gone := pace.batch(batch):
-        removed += gone
-    return removed
-
-
-class _Pace:
-    """The removal's batches, each sized to hold the write lock about
-    :data:`REMOVE_HOLD_SECONDS` (the last one's size scaled by how far it missed; on
-    PostgreSQL, which has no such lock, :data:`REMOVE_BATCH`) and followed by a pause as long
-    as it held it, in which decisions waiting for the lock get it. A hold is timed from the
-    moment the lock is taken to the end of the COMMIT: the wait for it, behind decisions, is
-    not the batch's. On SQLite the pages the batches freed go back to the file system once
-    they make :data:`VACUUM_FROM` (a step of its incremental vacuum, paced the same way), and
-    what they wrote to the WAL is checkpointed in the pause."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-        self.size = REMOVE_FEWEST if db.is_sqlite else REMOVE_BATCH
-
-    def batch(self, step: Callable[[Session, int], int]) -> int:
-        """One batch: ``step(session, size)`` removes at most ``size`` rows in a write
-        transaction and says how many; then the next size, and the pause. How many went."""
-        with self._db.transaction(write=True) as session:
-            session.connection()  # SQLite's BEGIN IMMEDIATE: the write lock is taken here
-            locked = time.monotonic()
-            gone = step(session, self.size)
-            free = 0
-            if gone and self._db.is_sqlite:
-                free = session.connection().exec_driver_sql("PRAGMA freelist_count").scalar_one()
-        if not gone:
-            return 0
-        held = time.monotonic() - locked
-        if self._db.is_sqlite:
-            # scaled by how far the hold was from the aim (at most halved or doubled a step):
-            # a batch's time is a fixed part (its statements, its commit) and a part per entry,
-            # so the last batch's time per entry would keep every batch at the smallest
-            scale = min(2.0, max(0.5, REMOVE_HOLD_SECONDS / max(held, 1e-6)))
-            self.size = max(REMOVE_FEWEST, min(REMOVE_BATCH, int(gone * scale)))
-            if free >= VACUUM_FROM:
-                held += _give_back(self._db) or 0.0
-            _checkpoint(self._db)
-        time.sleep(held)
-        return gone
-
-
-def _checkpoint(db: Database) -> None:
-    """What the batches wrote to SQLite's WAL copied into the database file, in the pause,
-    holding no lock a decision waits for (a passive checkpoint). Otherwise the decision whose
-    commit takes the WAL past its threshold copies it all, in that commit."""
-    with db.connect() as connection:
-        driver = connection.connection.driver_connection
-        assert driver is not None
-        driver.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-
-
-def _give_back(db: Database) -> float | None:
-    """At most :data:`VACUUM_FROM` of SQLite's free pages given back to the file system, in a
-    transaction of their own (moving a page costs about 12 µs of the write lock; all of a
-    long removal's at once held it 26 ms); how long it held the lock, None when there were
-    none. (The pragma frees a page a step of its statement, which only ``executescript`` runs
-    to the end, in a transaction of its own: it commits the one it finds open, here empty,
-    first.)"""
-    with db.connect(write=True) as connection:
-        free = connection.exec_driver_sql("PRAGMA freelist_count").scalar_one()
-        if not free:
-            return None
-        locked = time.monotonic()
-        driver = connection.connection.driver_connection
-        assert driver is not None
-        driver.executescript(f"PRAGMA incremental_vacuum({min(int(free), VACUUM_FROM)});")
-    return time.monotonic() - locked
+    return paced.Pace(db).run(batch)
 
 
 def _drop_days(db: Database, workspace_id: str) -> int:

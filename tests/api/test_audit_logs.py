@@ -481,14 +481,13 @@ def test_deleting_an_agent_removes_its_entries_only(client, admin_headers, histo
 def test_deleting_an_agent_erases_more_entries_than_one_batch(
     app, client, admin_headers, workspace, clock
 ):
-    """Erased a batch a transaction (audit.ERASE_BATCH): every one of them, none of another
-    agent's, and the chain still verifies with each erased entry in its place."""
-    from core.store import audit as store
-    from core.store import chain
+    """Erased a batch a transaction (at most paced.MOST each): every one of them, none of
+    another agent's, and the chain still verifies with each erased entry in its place."""
+    from core.store import chain, paced
 
     gone = make_agent(client, admin_headers, "gone")
     kept = make_agent(client, admin_headers, "kept")
-    count = 2 * store.ERASE_BATCH + 7
+    count = 2 * paced.MOST + 7
     rows = [
         {
             "workspace_id": workspace.id, "agent_id": gone if n % 5 else kept,
