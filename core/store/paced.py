@@ -3,7 +3,8 @@ prune's removal, the erasure of a deleted agent's entries, the fold of the audit
 tallies. On SQLite a write transaction holds the one write lock every decision's commit
 waits for; each batch here is sized to hold it about :data:`HOLD_SECONDS` and followed by a
 pause as long as it held it, in which the decisions waiting take it. PostgreSQL has no such
-lock: its batches are :data:`MOST` rows."""
+lock (decisions wait for no row these batches lock): its batches are :data:`MOST` rows, one
+after the other."""
 
 from __future__ import annotations
 
@@ -32,13 +33,14 @@ Step = Callable[[Session, int], int]
 
 
 class Pace:
-    """Batches of one long write, each sized to hold the write lock about ``hold`` seconds
-    (:data:`HOLD_SECONDS` by default; the last one's size scaled by how far it missed; on PostgreSQL
-    ``first`` or :data:`MOST`, always) and followed by a pause as long as it held it. A hold is
-    timed from the moment the lock is taken to the end of the COMMIT: the wait for it, behind
-    decisions, is not the batch's. On SQLite the pages the batches freed go back to the file
-    system once they make :data:`VACUUM_FROM` (a step of its incremental vacuum, paced the
-    same way), and what they wrote to the WAL is checkpointed in the pause."""
+    """Batches of one long write. On SQLite each is sized to hold the write lock about
+    ``hold`` seconds (:data:`HOLD_SECONDS` by default; the last one's size scaled by how far
+    it missed) and followed by a pause as long as it held it; a hold is timed from the moment
+    the lock is taken to the end of the COMMIT (the wait for it, behind decisions, is not the
+    batch's); the pages the batches freed go back to the file system once they make
+    :data:`VACUUM_FROM` (a step of its incremental vacuum, paced the same way), and what they
+    wrote to the WAL is checkpointed in the pause. On PostgreSQL each is ``first`` or
+    :data:`MOST` rows, with no pause."""
 
     def __init__(self, db: Database, first: int | None = None, hold: float | None = None) -> None:
         self._db = db
@@ -63,16 +65,17 @@ class Pace:
                 free = session.connection().exec_driver_sql("PRAGMA freelist_count").scalar_one()
         if not gone:
             return 0
+        if not self._db.is_sqlite:
+            return gone  # no write lock to leave to decisions: the next batch at once
         held = time.monotonic() - locked
-        if self._db.is_sqlite:
-            # scaled by how far the hold was from the aim (at most halved or doubled a step):
-            # a batch's time is a fixed part (its statements, its commit) and a part per row,
-            # so the last batch's time per row would keep every batch at the smallest
-            scale = min(2.0, max(0.5, self._hold / max(held, 1e-6)))
-            self.size = max(FEWEST, min(MOST, int(gone * scale)))
-            if free >= VACUUM_FROM:
-                held += give_back(self._db) or 0.0
-            _checkpoint(self._db)
+        # scaled by how far the hold was from the aim (at most halved or doubled a step): a
+        # batch's time is a fixed part (its statements, its commit) and a part per row, so
+        # the last batch's time per row would keep every batch at the smallest
+        scale = min(2.0, max(0.5, self._hold / max(held, 1e-6)))
+        self.size = max(FEWEST, min(MOST, int(gone * scale)))
+        if free >= VACUUM_FROM:
+            held += give_back(self._db) or 0.0
+        _checkpoint(self._db)
         time.sleep(held)
         return gone
 
