@@ -63,8 +63,9 @@ BATCH = 32
 PARALLEL = 8
 #: how often the worker removes per-session counters whose window is over
 SWEEP_SECONDS = 60.0
-#: how often it folds the audit counts' tallies
+#: how often it folds the audit counts' tallies, and about how long one pass folds
 FOLD_SECONDS = 1.0
+FOLD_BUDGET_SECONDS = 0.5
 #: how often it archives and prunes the entries past the retention (and once at start)
 RETENTION_SECONDS = 3600.0
 #: how often the audit log's day partitions are made ahead (PostgreSQL)
@@ -87,9 +88,11 @@ def sweep(db: Database, clock: Clock) -> int:
 
 
 def fold_tallies(db: Database) -> int:
-    """Fold every audit tally into the rollup rows, a bite a transaction (a short hold of
-    SQLite's write lock each, which decisions wait for); how many signatures."""
-    return drain(db)
+    """Fold the audit tallies into the rollup rows, a paced bite a transaction (a short hold of
+    SQLite's write lock each, which decisions wait for), for about FOLD_BUDGET_SECONDS: a
+    backlog (a deletion's tallies, or a log written with no server running) goes over several
+    passes, the checkpoints and deliveries kept in between; how many signatures."""
+    return drain(db, seconds=FOLD_BUDGET_SECONDS)
 
 
 def deliver_due(

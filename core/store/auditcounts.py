@@ -9,6 +9,7 @@ adds the tallies not yet folded.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from functools import cache
@@ -23,7 +24,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from core.domain.auditcounts import GRAINS, KINDS, Key, Signature, keys_of
 from core.store.database import Database
 from core.store.models import AuditCount, AuditTally
-from core.store.paced import Pace
+from core.store.paced import LONGER_HOLD_SECONDS, Pace
 
 _KEY_COLUMNS: tuple[str, ...] = ("grain", "kind", "agent_id", "tool_name", "session_id")
 _KEY_COLUMNS += ("bucket", "result", "action")
@@ -35,6 +36,8 @@ _KEY_COLUMNS += ("bucket", "result", "action")
 #: a prune's tally holds up to a batch of entries' signatures, most of them distinct.
 FOLD_SIGNATURES = 250
 FOLD_LIMIT = 2000
+#: how many tallies a fold reads at a time
+FOLD_FETCH = 32
 #: the recorder's statement: one batch's tally of one workspace
 TALLY = insert(AuditTally).values(
     workspace_id=bindparam("workspace_id"), counts=bindparam("counts")
@@ -133,8 +136,13 @@ def fold(session: Session, bite: int = FOLD_SIGNATURES) -> int:
     budget = bite
     by_workspace: dict[str, Counter[Signature]] = {}
     done: list[int] = []
+    part: tuple[int, dict[Signature, int]] | None = None  # the tally folded in part, its rest
     folded = 0
-    for tally_id, workspace_id, text in session.execute(query).all():
+    # fetched as they are taken: a bite sized for a short hold of the lock takes a few
+    # tallies of a deletion's (each with some 250 distinct signatures), and reading all
+    # FOLD_LIMIT of them each time cost more than the fold
+    taken_rows = session.execute(query.execution_options(yield_per=FOLD_FETCH))
+    for tally_id, workspace_id, text in taken_rows:
         found = list(signatures(text))
         tally = by_workspace.setdefault(workspace_id, Counter())
         taken = 0
@@ -148,14 +156,14 @@ def fold(session: Session, bite: int = FOLD_SIGNATURES) -> int:
         folded += taken
         if taken < len(found):
             if taken:
-                left = dict(found[taken:])
-                session.execute(
-                    update(AuditTally)
-                    .where(AuditTally.id == tally_id)
-                    .values(counts=tally_text(left))
-                )
+                part = (tally_id, dict(found[taken:]))
             break
         done.append(tally_id)
+    taken_rows.close()
+    if part is not None:
+        session.execute(
+            update(AuditTally).where(AuditTally.id == part[0]).values(counts=tally_text(part[1]))
+        )
     changes: dict[tuple[str, Key], int] = {}
     for workspace_id, tally in by_workspace.items():
         changes.update({(workspace_id, key): n for key, n in _expand(tally).items()})
@@ -165,14 +173,18 @@ def fold(session: Session, bite: int = FOLD_SIGNATURES) -> int:
     return folded
 
 
-def drain(db: Database, bite: int = FOLD_SIGNATURES, *, paced: bool = True) -> int:
-    """Fold every tally, a bite a transaction; how many signatures. The bites are paced
-    (:class:`core.store.paced.Pace`, the first of ``bite`` signatures): a deletion's or a
-    prune's tallies hold some 250 distinct signatures each, and folded back to back in bites
-    of 250 they held SQLite's write lock 25 ms a bite, a decision waiting behind several. (A
-    bulk load, with no decision waiting, folds in larger bites with no pause.)"""
+def drain(
+    db: Database, bite: int = FOLD_SIGNATURES, *, paced: bool = True, seconds: float | None = None
+) -> int:
+    """Fold every tally, a bite a transaction (with ``seconds``, only those that fold in about
+    that long); how many signatures. The bites are paced (:class:`core.store.paced.Pace`, the
+    first of ``bite`` signatures, then each aimed at 10 ms of SQLite's write lock): a
+    deletion's or a prune's tallies hold some 250 distinct signatures each, and folded back
+    to back in bites of 250 they held the lock 25 ms a bite, a decision waiting behind
+    several. (A bulk load, with no decision waiting, folds in larger bites with no pause.)"""
     if paced:
-        return Pace(db, bite).run(fold)
+        until = None if seconds is None else time.monotonic() + seconds
+        return Pace(db, bite, LONGER_HOLD_SECONDS).run(fold, until)
     folded = 0
     while taken := _fold_once(db, bite):
         folded += taken

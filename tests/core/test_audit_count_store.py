@@ -159,6 +159,23 @@ def test_counts_are_the_same_before_during_and_after_a_fold(db):
     assert _counted(db, workspace_id) == before
 
 
+def test_a_fold_pass_with_a_time_budget_leaves_the_rest_for_the_next_counts_exact(db):
+    """``agentauth serve`` folds for about half a second a pass, so that a backlog of tallies
+    (a deletion's, a log written while no server ran) does not hold up the checkpoints and the
+    deliveries kept by the same loop: a pass whose budget is spent after its first bite stops
+    there, and the next passes fold the rest; the counts are exact all along."""
+    workspace_id = _workspace(db, "a backlog")
+    _record(db, _rows(workspace_id, 600, seed=5), per_batch=7)  # 86 tallies: more than a bite
+    before = _counted(db, workspace_id)
+    first = auditcounts.drain(db, seconds=0)  # spent once the first bite is done
+    assert 0 < first < 600
+    assert 0 < _tallies(db) < 86
+    assert _counted(db, workspace_id) == before
+    assert first + auditcounts.drain(db, seconds=60) == 600  # every signature, once
+    assert _tallies(db) == 0
+    assert _counted(db, workspace_id) == before
+
+
 def test_a_second_of_batches_repeating_signatures_folds_in_one_transaction(db):
     """Under load, batches repeat the same agents, tools and results within a minute: one fold
     takes them all (one commit), however many tallies, where a bite of distinct signatures

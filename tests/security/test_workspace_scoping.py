@@ -528,6 +528,7 @@ UNSCOPED = {
     "core.store.auditcounts.fold": "moves every workspace's tallies into its own counts; "
     "reads out nothing",
     "core.store.auditcounts.drain": "folds every workspace's tallies, as fold",
+    "core.store.paced.give_back": "SQLite's free pages to the file system: no rows",
     "core.store.partitions.is_partitioned": "the schema",
     "core.store.partitions.days": "the schema: the day partitions there are",
     "core.store.partitions.create": "the schema: empty day partitions",
