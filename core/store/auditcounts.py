@@ -184,7 +184,11 @@ def drain(
     several. (A bulk load, with no decision waiting, folds in larger bites with no pause.)"""
     if paced:
         until = None if seconds is None else time.monotonic() + seconds
-        return Pace(db, bite, LONGER_HOLD_SECONDS).run(fold, until)
+        # no checkpoint of its own: serve folds every second, and a passive checkpoint each
+        # time, beside a prune's, raised authorize's p99 during the prune by about 1 ms
+        # (median of its runs 12.4 against 11.6 ms at 100 calls a second, on 2 cores)
+        pace = Pace(db, bite, LONGER_HOLD_SECONDS, checkpoint=False)
+        return pace.run(fold, until)
     folded = 0
     while taken := _fold_once(db, bite):
         folded += taken

@@ -37,6 +37,9 @@ from core.domain.errors import ConfigError, StorageError
 SQLITE_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 #: how often a writer tries again for SQLite's write lock while another process holds it
 SQLITE_LOCK_POLL_SECONDS = 0.0002
+#: how often a yielding writer (a paced batch of a long write: a prune, an erasure, a fold)
+#: tries again: ten times less often than decisions, which so take the lock first
+SQLITE_YIELDING_POLL_SECONDS = 0.002
 
 _PG_NETWORK = {
     "connect_timeout": 10,
@@ -78,6 +81,9 @@ class Database:
         else:
             _configure_postgresql(self.engine)
         self._write_engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+        self._yielding_engine = self._write_engine.execution_options(
+            sqlite_lock_poll=SQLITE_YIELDING_POLL_SECONDS
+        )
         # SQLite has one writer at a time: threads of this process queue on a lock of their own
         # rather than in SQLite's busy handler, which sleeps whole milliseconds between tries
         self.write_lock = threading.Lock() if self.is_sqlite else None
@@ -85,12 +91,17 @@ class Database:
         self.busy_timeout_seconds = settings.sqlite_busy_timeout_ms / 1000
         self._reader = sessionmaker(bind=self.engine, expire_on_commit=False)
         self._writer = sessionmaker(bind=self._write_engine, expire_on_commit=False)
+        self._yielding_writer = sessionmaker(bind=self._yielding_engine, expire_on_commit=False)
 
     @contextmanager
-    def transaction(self, *, write: bool = False, snapshot: bool = False) -> Iterator[Session]:
+    def transaction(
+        self, *, write: bool = False, snapshot: bool = False, yielding: bool = False
+    ) -> Iterator[Session]:
         """A session in one transaction: committed when the block ends, rolled back on error.
 
-        ``write=True`` takes SQLite's write lock up front (``BEGIN IMMEDIATE``). ``snapshot=True``
+        ``write=True`` takes SQLite's write lock up front (``BEGIN IMMEDIATE``); with
+        ``yielding=True`` too, a batch of a long write tries for it less often than decisions
+        do (:data:`SQLITE_YIELDING_POLL_SECONDS`), so that they take it first. ``snapshot=True``
         makes every statement see the same data (PostgreSQL ``REPEATABLE READ``; a SQLite read
         transaction in WAL mode already is a snapshot).
         """
@@ -98,10 +109,11 @@ class Database:
             self.write_lock if write and self.write_lock else nullcontext()
         )
         with lock:
-            yield from self._session(write, snapshot)
+            yield from self._session(write, snapshot, yielding)
 
-    def _session(self, write: bool, snapshot: bool) -> Iterator[Session]:
-        session = (self._writer if write else self._reader)()
+    def _session(self, write: bool, snapshot: bool, yielding: bool) -> Iterator[Session]:
+        writer = self._yielding_writer if yielding else self._writer
+        session = (writer if write else self._reader)()
         try:
             if snapshot and not self.is_sqlite:
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
@@ -117,7 +129,7 @@ class Database:
             session.close()
 
     @contextmanager
-    def connect(self, *, write: bool = False) -> Iterator[Connection]:
+    def connect(self, *, write: bool = False, yielding: bool = False) -> Iterator[Connection]:
         """A Core connection in one transaction, where the ORM's unit of work costs more than
         the SQL (the policy cache's loads, the per-key counter). Same commit, rollback and
         error rules as :meth:`transaction`."""
@@ -126,7 +138,8 @@ class Database:
         )
         with lock:
             try:
-                with (self._write_engine if write else self.engine).begin() as connection:
+                writer = self._yielding_engine if yielding else self._write_engine
+                with (writer if write else self.engine).begin() as connection:
                     yield connection
             except SQLAlchemyError as exc:
                 raise StorageError(_storage_message(exc)) from exc
@@ -237,7 +250,8 @@ def _configure_sqlite(engine: Engine, settings: Settings) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        mode = connection.get_execution_options().get("sqlite_begin", "")
+        options = connection.get_execution_options()
+        mode = options.get("sqlite_begin", "")
         # straight to the driver: this runs for every transaction, and going through
         # SQLAlchemy's execution machinery would cost more than the statement
         statement = f"BEGIN {mode}".strip()
@@ -252,17 +266,20 @@ def _configure_sqlite(engine: Engine, settings: Settings) -> None:
             # deletion's batch waiting 330 ms, and every decision of its process behind it
             driver.execute("PRAGMA busy_timeout=0")
             try:
-                begin_immediate(driver.execute, busy_timeout_ms / 1000)
+                poll = options.get("sqlite_lock_poll", SQLITE_LOCK_POLL_SECONDS)
+                begin_immediate(driver.execute, busy_timeout_ms / 1000, poll)
             finally:
                 driver.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         except sqlite3.Error as exc:  # e.g. locked: must reach callers as SQLAlchemy's error
             raise DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
 
 
-def begin_immediate(execute: Any, wait_seconds: float) -> None:
+def begin_immediate(
+    execute: Any, wait_seconds: float, poll_seconds: float = SQLITE_LOCK_POLL_SECONDS
+) -> None:
     """``BEGIN IMMEDIATE`` through ``execute`` (a SQLite connection's or cursor's, with no busy
-    timeout of its own), tried again every :data:`SQLITE_LOCK_POLL_SECONDS` while another
-    connection holds the write lock, for at most ``wait_seconds``; then the driver's error."""
+    timeout of its own), tried again every ``poll_seconds`` while another connection holds
+    the write lock, for at most ``wait_seconds``; then the driver's error."""
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
@@ -272,7 +289,7 @@ def begin_immediate(execute: Any, wait_seconds: float) -> None:
             busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in SQLITE_BUSY_CODES
             if not busy or time.monotonic() > deadline:
                 raise
-            time.sleep(SQLITE_LOCK_POLL_SECONDS)
+            time.sleep(poll_seconds)
 
 
 def _configure_postgresql(engine: Engine) -> None:

@@ -2,7 +2,8 @@
 prune's removal, the erasure of a deleted agent's entries, the fold of the audit counts'
 tallies. On SQLite a write transaction holds the one write lock every decision's commit
 waits for; each batch here is sized to hold it about :data:`HOLD_SECONDS` and followed by a
-pause as long as it held it, in which the decisions waiting take it. PostgreSQL has no such
+pause as long as it held it, in which the decisions waiting take it; and it tries for the
+lock less often than decisions do, which so take it first. PostgreSQL has no such
 lock (decisions wait for no row these batches lock): its batches are :data:`MOST` rows, one
 after the other."""
 
@@ -43,13 +44,20 @@ class Pace:
     the lock is taken to the end of the COMMIT (the wait for it, behind decisions, is not the
     batch's); the pages the batches freed go back to the file system once they make
     :data:`VACUUM_FROM` (a step of its incremental vacuum, paced the same way), and what they
-    wrote to the WAL is checkpointed in the pause. On PostgreSQL each is ``first`` or
-    :data:`MOST` rows, with no pause."""
+    wrote to the WAL is checkpointed in the pause (unless ``checkpoint`` is False). On
+    PostgreSQL each is ``first`` or :data:`MOST` rows, with no pause."""
 
-    def __init__(self, db: Database, first: int | None = None, hold: float | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        first: int | None = None,
+        hold: float | None = None,
+        checkpoint: bool = True,
+    ) -> None:
         self._db = db
         self.size = first or (FEWEST if db.is_sqlite else MOST)
         self._hold = hold or HOLD_SECONDS
+        self._checkpoint = checkpoint
 
     def run(self, step: Step, until: float | None = None) -> int:
         """Batches of ``step`` until one does nothing (or, given ``until``, a
@@ -63,7 +71,7 @@ class Pace:
 
     def batch(self, step: Step) -> int:
         """One batch of ``step``; then the next size, and the pause. How many rows it did."""
-        with self._db.transaction(write=True) as session:
+        with self._db.transaction(write=True, yielding=True) as session:
             session.connection()  # SQLite's BEGIN IMMEDIATE: the write lock is taken here
             locked = time.monotonic()
             gone = step(session, self.size)
@@ -82,7 +90,8 @@ class Pace:
         self.size = max(FEWEST, min(MOST, int(gone * scale)))
         if free >= VACUUM_FROM:
             held += give_back(self._db) or 0.0
-        _checkpoint(self._db)
+        if self._checkpoint:
+            _checkpoint(self._db)
         time.sleep(held)
         return gone
 
@@ -104,7 +113,7 @@ def give_back(db: Database) -> float | None:
     none. (The pragma frees a page a step of its statement, which only ``executescript`` runs
     to the end, in a transaction of its own: it commits the one it finds open, here empty,
     first.)"""
-    with db.connect(write=True) as connection:
+    with db.connect(write=True, yielding=True) as connection:
         free = connection.exec_driver_sql("PRAGMA freelist_count").scalar_one()
         if not free:
             return None

@@ -186,18 +186,32 @@ def _sqlite(tmp_path, busy_timeout_ms: int) -> tuple[Database, sqlite3.Connectio
     return db, sqlite3.connect(path, isolation_level=None, check_same_thread=False)
 
 
-def test_a_write_polls_for_sqlites_lock_and_takes_it_when_the_holder_lets_go(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("yielding", "every"),
+    [
+        (False, database_module.SQLITE_LOCK_POLL_SECONDS),
+        (True, database_module.SQLITE_YIELDING_POLL_SECONDS),
+    ],
+    ids=["a decision's pace", "a long write's batch"],
+)
+def test_a_write_polls_for_sqlites_lock_and_takes_it_when_the_holder_lets_go(
+    tmp_path, monkeypatch, yielding, every
+):
     """A write transaction waits for another process's write lock by trying again every
     fraction of a millisecond (SQLite's own busy handler sleeps up to 100 ms between tries: a
     deletion's batch waited 330 ms behind a fold that kept taking the lock, and every
-    decision of its process behind it). Its connection goes back with the busy timeout it had,
-    which reads and other statements still wait by."""
+    decision of its process behind it); a batch of a long write (a prune's, an erasure's, a
+    fold's) tries ten times less often, so that decisions take the lock first. Its connection
+    goes back with the busy timeout it had, which reads and other statements still wait by."""
+    assert database_module.SQLITE_YIELDING_POLL_SECONDS > database_module.SQLITE_LOCK_POLL_SECONDS
     db, other = _sqlite(tmp_path, busy_timeout_ms=30_000)
     other.execute("BEGIN IMMEDIATE")
     polled = threading.Event()
     sleep = time.sleep
+    slept: list[float] = []
 
     def polling(seconds: float) -> None:
+        slept.append(seconds)
         polled.set()
         sleep(seconds)
 
@@ -206,7 +220,7 @@ def test_a_write_polls_for_sqlites_lock_and_takes_it_when_the_holder_lets_go(tmp
 
     def write() -> None:
         try:
-            with db.transaction(write=True) as session:
+            with db.transaction(write=True, yielding=yielding) as session:
                 session.execute(text("INSERT INTO t VALUES (1)"))
         except BaseException as exc:  # reported to the test below
             failed.append(exc)
@@ -219,6 +233,7 @@ def test_a_write_polls_for_sqlites_lock_and_takes_it_when_the_holder_lets_go(tmp
     writer.join(30)
     assert not writer.is_alive()
     assert not failed
+    assert set(slept) == {every}
     assert other.execute("SELECT count(*) FROM t").fetchone() == (1,)
     with db.connect() as connection:
         timeout = connection.exec_driver_sql("PRAGMA busy_timeout").scalar_one()
