@@ -57,7 +57,7 @@ class Pace:
         self._db = db
         self.size = first or (FEWEST if db.is_sqlite else MOST)
         self._hold = hold or HOLD_SECONDS
-        self._checkpoint = checkpoint
+        self._checkpoints = checkpoint
 
     def run(self, step: Step, until: float | None = None) -> int:
         """Batches of ``step`` until one does nothing (or, given ``until``, a
@@ -90,7 +90,7 @@ class Pace:
         self.size = max(FEWEST, min(MOST, int(gone * scale)))
         if free >= VACUUM_FROM:
             held += give_back(self._db) or 0.0
-        if self._checkpoint:
+        if self._checkpoints:
             _checkpoint(self._db)
         time.sleep(held)
         return gone
