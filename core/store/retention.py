@@ -56,6 +56,12 @@ from core.store.models import AuditEntry, AuditHead
 ARCHIVE_BITE = 50_000
 #: the tool name and action of a prune's own audit entry
 PRUNE = "audit.prune"
+#: how long the removal pauses on SQLite after each batch, in multiples of how long the batch
+#: held the write lock: nobody waits to see a prune finish, and decisions get three quarters
+#: of the lock (a day of 1 M entries at 100 decisions a second, 2 cores: authorize p99 during
+#: the removal 11.6 ms median against 13.2-15.5 ms with pauses as long as the batches, which
+#: removed twice as fast)
+REST = 3.0
 
 
 @dataclass(frozen=True)
@@ -294,7 +300,7 @@ def remove(db: Database, workspace_id: str) -> int:
     removed += _remove_rest(db, workspace_id)
     if db.is_sqlite and removed:  # what the last batches freed, a step and a pause at a time
         while (held := paced.give_back(db)) is not None:
-            time.sleep(held)
+            time.sleep(REST * held)
     return removed
 
 
@@ -303,7 +309,7 @@ def _remove_hours(db: Database, workspace_id: str) -> int:
     how many entries they held."""
     removed = 0
     # kept from hour to hour: each finds its size once
-    pace, counts = paced.Pace(db), paced.Pace(db)
+    pace, counts = paced.Pace(db, rest=REST), paced.Pace(db, rest=REST)
     while True:
         with db.transaction(snapshot=True) as session:
             hour = _pruned_hour(session, workspace_id)
@@ -406,7 +412,7 @@ def _remove_rest(db: Database, workspace_id: str) -> int:
         auditcounts.add(session, workspace_id, tally)
         return len(rows)
 
-    return paced.Pace(db).run(batch)
+    return paced.Pace(db, rest=REST).run(batch)
 
 
 def _drop_days(db: Database, workspace_id: str) -> int:

@@ -329,6 +329,54 @@ def test_each_erasure_batch_does_the_same_work_however_many_went_before(db):
         assert auditstats.count(session, workspace_id, Filters()) == 6000
 
 
+class _Clock:
+    """``time`` for the pacing: each reading of the clock a second after the last, each
+    pause recorded (and passed on the clock)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.pauses: list[float] = []
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+def test_a_prune_removal_leaves_decisions_three_quarters_of_sqlites_write_lock(db, monkeypatch):
+    """Nobody waits to see a prune finish: on SQLite its removal pauses three times as long as
+    each of its batches held the write lock that decisions wait for (an erasure, which its
+    caller waits for, pauses as long as it held it). On PostgreSQL, with no such lock, the
+    batches follow each other with no pause."""
+    monkeypatch.setattr(paced, "MOST", 40)
+    monkeypatch.setattr(paced, "FEWEST", 40)
+    workspace_id = _workspace(db, "pruned at rest")
+    rows = _rows(workspace_id, 400, seed=5)
+    _record(db, rows, per_batch=100)
+    with db.transaction(write=True) as session:
+        session.execute(
+            sa.update(AuditHead)
+            .where(AuditHead.workspace_id == workspace_id)
+            .values(pruned_seq=len(rows), pruned_hash="ab" * 32)
+        )
+    auditcounts.drain(db, paced=False)  # the decisions' tallies folded (paced as they are)
+    clock = _Clock()
+    monkeypatch.setattr(paced, "time", clock)
+    monkeypatch.setattr(retention, "time", clock)
+    assert retention.remove(db, workspace_id) == len(rows)
+    if not db.is_sqlite:
+        assert clock.pauses == []
+        return
+    # a batch reads the clock when it takes the lock and when it has committed: it held the
+    # lock one second of this clock (two with a step of giving free pages back)
+    assert clock.pauses
+    assert set(clock.pauses) <= {retention.REST * 1, retention.REST * 2}
+    assert retention.REST == 3
+
+
 def test_a_prune_removal_batch_does_the_same_work_in_a_full_hour_as_in_a_quiet_one(db, monkeypatch):
     """A prune removes a pruned hour's entries a batch a transaction while decisions wait (on
     SQLite, for its write lock). A batch finds its entries at once, however many the hour
