@@ -874,6 +874,9 @@ def test_every_table_scrolls_sideways_on_a_phone_and_the_page_does_not(browser, 
     tables = phone.locator("main table")
     expect(tables).to_have_count(2 if route == "agent" else 1)
     expect(tables.locator("tbody tr").first).to_be_visible()
+    # and whatever the page draws after its tables (the audit page's chart, above its table)
+    # drawn: the table where it stays
+    expect(phone.locator("main [aria-busy='true']")).to_have_count(0)
     for n in range(tables.count()):
         table = tables.nth(n)
         box = table.locator("xpath=..")
