@@ -329,6 +329,16 @@ def test_each_erasure_batch_does_the_same_work_however_many_went_before(db):
         assert auditstats.count(session, workspace_id, Filters()) == 6000
 
 
+def _prune_head(db: Database, workspace_id: str, seq: int) -> None:
+    """The workspace's pruned head moved to ``seq``, as a prune records it before removing."""
+    with db.transaction(write=True) as session:
+        session.execute(
+            sa.update(AuditHead)
+            .where(AuditHead.workspace_id == workspace_id)
+            .values(pruned_seq=seq, pruned_hash="ab" * 32)
+        )
+
+
 class _Clock:
     """``time`` for the pacing: each reading of the clock a second after the last, each
     pause recorded (and passed on the clock)."""
@@ -356,12 +366,7 @@ def test_a_prune_removal_leaves_decisions_three_quarters_of_sqlites_write_lock(d
     workspace_id = _workspace(db, "pruned at rest")
     rows = _rows(workspace_id, 400, seed=5)
     _record(db, rows, per_batch=100)
-    with db.transaction(write=True) as session:
-        session.execute(
-            sa.update(AuditHead)
-            .where(AuditHead.workspace_id == workspace_id)
-            .values(pruned_seq=len(rows), pruned_hash="ab" * 32)
-        )
+    _prune_head(db, workspace_id, len(rows))
     auditcounts.drain(db, paced=False)  # the decisions' tallies folded (paced as they are)
     clock = _Clock()
     monkeypatch.setattr(paced, "time", clock)
@@ -393,12 +398,7 @@ def test_a_prune_removal_batch_does_the_same_work_in_a_full_hour_as_in_a_quiet_o
         hour = quiet if n < full else quiet + timedelta(hours=1)
         row["timestamp"] = hour + timedelta(seconds=n * 3599 // len(rows))
     _record(db, rows, per_batch=500)
-    with db.transaction(write=True) as session:
-        session.execute(
-            sa.update(AuditHead)
-            .where(AuditHead.workspace_id == workspace_id)
-            .values(pruned_seq=len(rows), pruned_hash="ab" * 32)
-        )
+    _prune_head(db, workspace_id, len(rows))
     batches: list[tuple[datetime, int, int]] = []  # the hour, entries removed, steps
     remove_hour, pace_batch = retention._remove_hour, paced.Pace.batch
 
