@@ -3,7 +3,8 @@
 running (idle, IDLE_RUNS runs: one run's p99 is the tenth-worst of a thousand calls or so, and
 moves by half from run to run), then again and again while ``agentauth audit prune`` archives
 and removes that day, then once more idle; each run's p99 and errors beside the idle runs'
-median.
+median, and the p99 of every call during the prune together beside that of the idle runs'
+calls together (wrk's latencies to the microsecond, summed over the runs).
 
     python -m bench.prune_load --entries 1000000 [--database-url URL] [--concurrency 8]
         [--rate 100] [--seconds 10]
@@ -21,11 +22,13 @@ removed at the end.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,8 +36,10 @@ from pathlib import Path
 from bench.audit_scale import build_log, database, serving
 from bench.http_compare import (
     Point,
+    _wrk_command,
     create_agent_and_policy,
     ensure_wrk,
+    parse_wrk,
     run_wrk,
     stop,
     write_script,
@@ -44,6 +49,21 @@ from bench.http_compare import (
 IDLE_RUNS = 3
 #: the longest a prune may run here before it is stopped (and the bench says so)
 PRUNE_LIMIT_SECONDS = 3 * 3600
+#: added to wrk's script: after its own summary, every latency it saw (microseconds) and how
+#: many calls took it, so that runs add up to one distribution
+HISTOGRAM_LUA = """
+local summary_done = done
+function done(summary, latency, requests)
+  summary_done(summary, latency, requests)
+  for i = 1, #latency do
+    local micros, calls = latency(i)
+    io.write(string.format("latency-us %d %d\\n", micros, calls))
+  end
+end
+"""
+
+#: one wrk run: its figures, and how many of its calls took each latency (microseconds)
+Run = tuple[Point, Counter[int]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,46 +95,73 @@ def main(argv: list[str] | None = None) -> int:
             said: list[str] = []
             reader = threading.Thread(target=_read_lines, args=(prune, began, said), daemon=True)
             reader.start()
-            during: list[Point] = []
+            during: list[Run] = []
             try:
                 while prune.poll() is None:
                     if time.perf_counter() - began > PRUNE_LIMIT_SECONDS:
                         raise RuntimeError("the prune ran past the bench's limit")
                     during.append(run())
                     ended = time.perf_counter() - began
-                    _say(f"during the prune, run {len(during)} (to {ended:.0f} s)", during[-1])
+                    _say(f"during the prune, run {len(during)} (to {ended:.0f} s)", during[-1][0])
             finally:
                 if prune.poll() is None:
                     stop(prune)  # type: ignore[arg-type]
             took = time.perf_counter() - began
             reader.join()
             after = run()
-            _say("idle again, after the prune", after)
+            _say("idle again, after the prune", after[0])
     _report(args, idle, during, after, took, prune.returncode, "\n".join(said))
     return 0
 
 
 def authorize_runs(
     wrk: str, base: str, key: str, folder: Path, args: argparse.Namespace
-) -> Callable[[], Point]:
+) -> Callable[[], Run]:
     """wrk calling ``POST /v1/authorize`` for an agent and policy of its own, warmed up: a
     run each call, of ``args.seconds`` at ``args.concurrency`` (and ``args.rate``, if given)."""
     body = create_agent_and_policy(base, key)
     script = write_script(folder / "authorize.lua", body, key, '"allowed"')
     if args.rate:
         _pace(script, args.concurrency, args.rate)
+    with script.open("a") as lua:
+        lua.write(HISTOGRAM_LUA)
     target = base + "/v1/authorize"
     run_wrk(wrk, target, script, args.concurrency, 2)  # warm up
-    return lambda: run_wrk(wrk, target, script, args.concurrency, args.seconds)
+    command = _wrk_command(wrk, target, script, args.concurrency, args.seconds)
+
+    def run() -> Run:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.seconds + 60)
+        if done.returncode != 0:
+            raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        latencies: Counter[int] = Counter()
+        for micros, calls in re.findall(r"^latency-us (\d+) (\d+)$", done.stdout, re.MULTILINE):
+            latencies[int(micros)] += int(calls)
+        return parse_wrk(done.stdout, args.concurrency), latencies
+
+    return run
 
 
-def idle_runs(run: Callable[[], Point]) -> list[Point]:
+def idle_runs(run: Callable[[], Run]) -> list[Run]:
     """:data:`IDLE_RUNS` runs with nothing else going on, each said as it ends."""
-    idle: list[Point] = []
+    idle: list[Run] = []
     for n in range(IDLE_RUNS):
         idle.append(run())
-        _say(f"idle, run {n + 1}", idle[-1])
+        _say(f"idle, run {n + 1}", idle[-1][0])
     return idle
+
+
+def percentile_ms(runs: list[Run], percent: float) -> float:
+    """The latency (ms) that ``percent`` % of the calls of ``runs``, all together, took at most."""
+    together: Counter[int] = Counter()
+    for _, latencies in runs:
+        together.update(latencies)
+    wanted = percent / 100 * sum(together.values())
+    seen = 0
+    for micros in sorted(together):
+        seen += together[micros]
+        if seen >= wanted:
+            return micros / 1000
+    return 0.0
 
 
 def _pace(script: Path, concurrency: int, rate: float) -> None:
@@ -142,13 +189,16 @@ def _say(name: str, point: Point) -> None:
 
 def _report(
     args: argparse.Namespace,
-    idle: list[Point],
-    during: list[Point],
-    after: Point,
+    before: list[Run],
+    pruning: list[Run],
+    after_run: Run,
     took: float,
     code: int,
     said: str,
 ) -> None:
+    idle = [point for point, _ in before]
+    during = [point for point, _ in pruning]
+    after = after_run[0]
     store = "PostgreSQL" if args.database_url else "SQLite"
     print(f"\nprune on {store}: exit {code} in {took:.1f} s; it said: {said.strip()}\n")
     load = f", about {args.rate:,.0f} calls/s" if args.rate else ", as fast as answered"
@@ -169,6 +219,14 @@ def _report(
             f"{worst:.2f} ms = {worst / reference:.2f} x idle, median "
             f"{statistics.median(p.p99_ms for p in during):.2f} ms; {within} of {len(during)} "
             "runs within 2 x idle"
+        )
+        idle_p99 = percentile_ms(before, 99)
+        during_p99 = percentile_ms(pruning, 99)
+        print(
+            f"every call together: idle p99 {idle_p99:.2f} ms ({sum(p.requests for p in idle):,} "
+            f"calls), during the prune p99 {during_p99:.2f} ms ({sum(p.requests for p in during):,}"
+            f" calls) = {during_p99 / idle_p99:.2f} x idle; slowest call during the prune "
+            f"{max(p.max_ms for p in during):.2f} ms"
         )
 
 
