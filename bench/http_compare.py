@@ -395,9 +395,9 @@ def create_admin_key(database_url: str, env: dict[str, str]) -> str:
     return key
 
 
-def create_agent_and_policy(base: str, key: str) -> dict[str, Any]:
+def create_agent_and_policy(base: str, key: str, name: str = "bench-agent") -> dict[str, Any]:
     """An agent and a policy through the API; returns the authorize body to bench with."""
-    status, agent = http("POST", base + "/v1/agents", {"name": "bench-agent"}, key)
+    status, agent = http("POST", base + "/v1/agents", {"name": name}, key)
     if status != 201:
         raise RuntimeError(f"POST /v1/agents: {status} {agent}")
     policy = {"agent_id": agent["id"], "name": "bench", "rules": BENCH_POLICY_RULES}

@@ -7,7 +7,7 @@ median, and the p99 of every call during the prune together beside that of the i
 calls together (wrk's latencies to the microsecond, summed over the runs).
 
     python -m bench.prune_load --entries 1000000 [--database-url URL] [--concurrency 8]
-        [--rate 100] [--seconds 10]
+        [--rate 100] [--seconds 10] [--keep DIR]
 
 Without ``--rate`` wrk calls as fast as the server answers (the server saturated, the prune's
 own CPU taken from it); with ``--rate R`` each of wrk's connections waits between its calls so
@@ -16,7 +16,9 @@ is 100 a second), and the p99 is what a call meets at that load. On PostgreSQL t
 partition (made ahead, as the service makes them), which the prune drops; on SQLite it is
 deleted in paced batches of about 2.5 ms of the write lock each. Only 127.0.0.1 is used; the
 server and the prune are stopped by their PIDs; the log's folder (or PostgreSQL schema) is
-removed at the end.
+removed at the end, unless ``--keep DIR`` names it: then it stays, and a run given the same
+folder again before that log was pruned uses it as it is (a log of 8.6 million entries takes
+a quarter of an hour to write; a run stopped before its prune can start again at once).
 """
 
 from __future__ import annotations
@@ -73,23 +75,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=None, help="calls a second, all together")
+    parser.add_argument("--keep", type=Path, default=None, help="the log's folder, kept")
     args = parser.parse_args(argv)
     wrk = ensure_wrk()
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     day_end = today - timedelta(days=1)  # the day before yesterday, whole
-    with database(args.database_url) as (url, folder):
-        log = build_log(url, args.entries, folder, days=1, end=day_end)
-        print(
-            f"{args.entries:,} entries on {day_end - timedelta(days=1):%Y-%m-%d}: written in "
-            f"{log['write_seconds']:.0f} s, folded in {log['fold_seconds']:.0f} s",
-            flush=True,
-        )
+    with database(args.database_url, args.keep) as (url, folder):
+        built = folder / f"built-{args.entries}-{day_end:%Y%m%d}"
+        if built.exists():
+            print(f"the log of {folder} as it is: {built.read_text()}", flush=True)
+        else:
+            log = build_log(url, args.entries, folder, days=1, end=day_end)
+            said = (
+                f"{args.entries:,} entries on {day_end - timedelta(days=1):%Y-%m-%d}: written in "
+                f"{log['write_seconds']:.0f} s, folded in {log['fold_seconds']:.0f} s"
+            )
+            print(said, flush=True)
+            if args.keep is not None:
+                built.write_text(said)
         with serving(url, folder) as (base, key, env):
             run = authorize_runs(wrk, base, key, folder, args)
             idle = idle_runs(run)
             prune_command = [sys.executable, "-m", "controller", "audit", "prune", "--db", url]
             prune_command += ["--workspace", "default", "--before", day_end.isoformat()]
             prune_command += ["--archive", str(folder / "archive")]
+            built.unlink(missing_ok=True)  # the log is the prune's from here on
             began = time.perf_counter()
             prune = subprocess.Popen(prune_command, env=env, stdout=subprocess.PIPE, text=True)
             said: list[str] = []
@@ -119,7 +129,8 @@ def authorize_runs(
 ) -> Callable[[], Run]:
     """wrk calling ``POST /v1/authorize`` for an agent and policy of its own, warmed up: a
     run each call, of ``args.seconds`` at ``args.concurrency`` (and ``args.rate``, if given)."""
-    body = create_agent_and_policy(base, key)
+    # a name of its own: a kept log may hold the agent of an earlier run
+    body = create_agent_and_policy(base, key, f"bench-agent-{time.time_ns()}")
     script = write_script(folder / "authorize.lua", body, key, '"allowed"')
     if args.rate:
         _pace(script, args.concurrency, args.rate)
