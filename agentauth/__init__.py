@@ -15,7 +15,7 @@ human's approval (``Guard(..., wait_for_approval=SECONDS)``), and
 on httpx only (and on the ``mcp`` SDK for :mod:`agentauth.mcp`), never on the service's code.
 """
 
-from agentauth.answers import Approval, Decision
+from agentauth.answers import Approval, Decision, PolicyWarning
 from agentauth.client import AsyncAuthzClient, AuthzClient
 from agentauth.errors import (
     AuthzError,
@@ -36,6 +36,7 @@ __all__ = [
     "Decision",
     "ForbiddenError",
     "Guard",
+    "PolicyWarning",
     "RateLimitError",
     "ServiceUnavailableError",
     "UnauthorizedError",

@@ -34,6 +34,20 @@ MAX_REASON_CHARS = 1000
 APPROVAL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 #: what an approval's status may look like (pending, approved, denied, expired, used)
 _STATUS = re.compile(r"[a-z_]{1,32}")
+#: the most warnings taken from one answer (the service sends at most one)
+MAX_WARNINGS = 8
+_WOULD_BE = frozenset({"allowed", "denied", "escalated"})
+
+
+@dataclass(frozen=True)
+class PolicyWarning:
+    """A ``warn`` policy's would-be decision that differs from the real one (decisions §10):
+    the policy, what it would have decided (``allowed``, ``denied`` or ``escalated``) and
+    why. A guard logs it and follows the real decision."""
+
+    policy_id: str
+    result: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,8 @@ class Decision:
     approval_expires_at: datetime | None = None
     #: the session the call named, as the service recorded it (None when it named none)
     session_id: str | None = None
+    #: what warn policies would have decided otherwise (decisions §10); never the decision
+    warnings: tuple[PolicyWarning, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +195,7 @@ def _decision(content: bytes) -> Decision:
             approval_id=_loose_approval_id(body),
             approval_expires_at=_loose_instant(body, "approvalExpiresAt"),
             session_id=_loose(body, "sessionId", str),
+            warnings=_warnings(body),
         )
     outcome, reason = body.get("outcome"), _reason(body.get("reason"))
     if outcome != "allowed" or reason is None:
@@ -195,7 +212,30 @@ def _decision(content: bytes) -> Decision:
         approval_id=_approval_id(body),
         approval_expires_at=_instant(body, "approvalExpiresAt"),
         session_id=_optional(body, "sessionId", str),
+        warnings=_warnings(body),
     )
+
+
+def _warnings(body: dict[str, Any]) -> tuple[PolicyWarning, ...]:
+    """The answer's well-formed warnings; a malformed one (or list) is left out, and never
+    changes the decision: a warning is advice about a policy not enforced yet."""
+    found = body.get("warnings")
+    if not isinstance(found, list):
+        return ()
+    warnings = []
+    for item in found[:MAX_WARNINGS]:
+        if not isinstance(item, dict):
+            continue
+        policy_id, result = item.get("policyId"), item.get("result")
+        reason = _reason(item.get("reason"))
+        if (
+            isinstance(policy_id, str)
+            and APPROVAL_ID.fullmatch(policy_id)  # an id's shape: it goes into log lines
+            and result in _WOULD_BE
+            and reason is not None
+        ):
+            warnings.append(PolicyWarning(policy_id, str(result), reason))
+    return tuple(warnings)
 
 
 def _json(content: bytes) -> Any:

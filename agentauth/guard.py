@@ -15,6 +15,10 @@ boolean), or the service was unreachable and ``on_error="allow"``.
 Over 300 lines: checking, waiting for an approval and wrapping handlers share the one rule a
 guard keeps (a handler runs only on an allow), sync and async alike.
 
+A warn policy's warning in the service's answer (a policy being tried that would have decided
+the call otherwise, decisions §10) is logged at WARNING on the ``agentauth`` logger, naming the
+policy and its reason; the guard still follows the real decision.
+
 A call the service escalates to a human (``outcome == "escalated"``, decisions §6) is denied, with
 a reason that says approval is required and names the approval and its expiry. With
 ``wait_for_approval=SECONDS`` the guard waits instead: it polls the approval (after 0.5 s, then
@@ -30,6 +34,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,6 +59,8 @@ MAX_POLL_SECONDS = 5.0
 _clock: Callable[[], float] = time.monotonic
 _sleep: Callable[[float], None] = time.sleep
 _async_sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+#: where a warn policy's warnings go, at WARNING (decisions §10)
+log = logging.getLogger("agentauth")
 
 
 def denied_result(reason: str) -> dict[str, Any]:
@@ -189,9 +196,11 @@ class Guard:
         session_id: str | None,
     ) -> Decision:
         try:
-            return client.authorize(self.agent_id, tool_name, parameters, session_id=session_id)
+            decision = client.authorize(self.agent_id, tool_name, parameters, session_id=session_id)
         except Exception as exc:  # a guard answers; it never lets a call through
             failure = exc
+        else:
+            return _warned(decision, tool_name)
         return self._without_answer(failure)
 
     async def _ask_async(
@@ -202,11 +211,13 @@ class Guard:
         session_id: str | None,
     ) -> Decision:
         try:
-            return await client.authorize(
+            decision = await client.authorize(
                 self.agent_id, tool_name, parameters, session_id=session_id
             )
         except Exception as exc:  # as in _ask
             failure = exc
+        else:
+            return _warned(decision, tool_name)
         return self._without_answer(failure)
 
     def _without_answer(self, exc: Exception) -> Decision:
@@ -376,6 +387,21 @@ def _is_async(handler: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
         getattr(handler, "__call__", None)  # noqa: B004 (an object with an async __call__)
     )
+
+
+def _warned(decision: Decision, tool_name: str) -> Decision:
+    """``decision``, its warnings logged (decisions §10): a ``warn`` policy would have decided
+    this call otherwise. The real decision is followed all the same."""
+    for warning in decision.warnings:
+        log.warning(
+            "warn policy %s would have %s the call to %s (the call was %s): %s",
+            warning.policy_id,
+            warning.result,
+            tool_name,
+            decision.outcome,
+            warning.reason,
+        )
+    return decision
 
 
 def _refused(code: str, message: str) -> BadRequestError:

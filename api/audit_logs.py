@@ -18,10 +18,10 @@ from flask import Blueprint, Response, stream_with_context
 from api import streaming
 from api.auth import takes_query
 from api.context import now, principal, services
-from api.params import read_paging, read_query, whole_number
+from api.params import back_from, read_instant, read_paging, read_query, whole_number
 from core.domain.auditchain import VerifierKey
 from core.domain.auditcounts import DAY, HOUR, MINUTE, floor_to
-from core.domain.clock import isoformat, parse_instant
+from core.domain.clock import isoformat
 from core.domain.cursors import CursorError, open_cursor, seal, secret_of
 from core.domain.errors import ValidationError
 from core.domain.validation import require_session_id, require_uuid
@@ -43,21 +43,11 @@ def _filters(query: dict[str, str]) -> audit.Filters:
         action=query.get("action"),
         tool_name=query.get("tool_name"),
         result=result,
-        since=_instant(query, "from"),
-        until=_instant(query, "to"),
+        since=read_instant(query, "from"),
+        until=read_instant(query, "to"),
         seq_from=whole_number(query, "seq_from", minimum=1),
         seq_to=whole_number(query, "seq_to", minimum=1),
     )
-
-
-def _instant(query: dict[str, str], name: str) -> Any:
-    raw = query.get(name)
-    if raw is None:
-        return None
-    try:
-        return parse_instant(raw)
-    except ValueError:
-        raise ValidationError.field(name, "must be an ISO 8601 date-time") from None
 
 
 @bp.get("")
@@ -120,7 +110,7 @@ def stats() -> dict[str, Any]:
         raise ValidationError.field("group_by", "must be one of: result, agent, tool")
     filters = _filters(query)
     until = filters.until or now()
-    since = filters.since or until - timedelta(days=1)
+    since = filters.since or back_from(until, timedelta(days=1))
     if since > until:
         raise ValidationError.field("from", "must not be after to")
     grain = BUCKETS[bucket]

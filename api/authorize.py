@@ -272,6 +272,9 @@ class Endpoint:
         metrics.LATENCY.observe(call.outcome.latency_ms / 1000)
         if decision.retry_after_seconds is not None:
             metrics.RATE_LIMITED.labels("rule").inc()
+        would_be = call.outcome.would_be
+        if would_be is not None:
+            metrics.WOULD_BE.labels(would_be.policy_id or "", would_be.result).inc()
         return 200, call.outcome.as_response(), {}
 
 

@@ -6,6 +6,9 @@
   500, never an allow);
 - ``agentauth_rate_limit_denials_total{limit}``: calls refused by a ``rate_limit`` rule
   (``limit="rule"``) or by the per-key request budget (``limit="key"``);
+- ``agentauth_would_be_decisions_total{policy_id,result}``: would-be decisions (decisions
+  §10), by the policy that made them (empty for the default deny, an agent's status and an
+  error) and their result (``allowed``, ``denied``, ``escalated``, ``error``);
 - ``agentauth_webhook_deliveries_total{result}``: webhook delivery tries, counted by the
   delivery worker (``api.outbox``): ``delivered``, ``retry`` (failed, tried again later) or
   ``failed`` (failed for good, 24 hours after the event);
@@ -83,6 +86,12 @@ CHECKPOINT_LAG = Gauge(
     "AGENTAUTH_CHECKPOINT_FILE",
     ["workspace"],
     multiprocess_mode="livemax",
+)
+WOULD_BE = Counter(
+    "agentauth_would_be_decisions",
+    "Would-be decisions of agents with warn or shadow policies, by the policy that made them "
+    "and their result",
+    ["policy_id", "result"],
 )
 WEBHOOK_DELIVERIES = Counter(
     "agentauth_webhook_deliveries", "Webhook delivery tries, by what came of them", ["result"]

@@ -241,6 +241,17 @@ def document() -> dict[str, Any]:
             body="authorize.request",
         )
     }
+    instant = {"type": "string", "format": "date-time"}
+    paths["/v1/policies/{id}/shadow-report"] = {
+        "get": _operation(
+            "what the policy's would-be decisions did over [from, to] (decisions §10; any "
+            "scope; to defaults to now, from to 7 days before to), exactly, from the counts "
+            "kept as entries are committed",
+            {"200": _json(ref("policy.shadowReport"), "the report")},
+            query=[_q("from", instant), _q("to", instant)],
+            path_id=True,
+        )
+    }
     session = _q("session_id", ref("authorize.sessionId"))
     paths["/v1/agents/{id}/usage"] = {
         "get": _operation(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import IO, Any, cast
 
@@ -15,6 +16,7 @@ from flask import request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from api.context import body_arrived
+from core.domain.clock import parse_instant
 from core.domain.errors import ValidationError
 from core.domain.redaction import HOLDS_A_KEY, key_places, scrub
 from core.domain.validation import require_uuid, require_valid
@@ -219,3 +221,23 @@ def _whole(query: dict[str, str], name: str, default: int) -> int:
 def path_id(value: str, field: str = "id") -> str:
     """A UUID from the URL path: malformed is 400, well-formed but unknown is the caller's 404."""
     return require_uuid(value, field)
+
+
+def read_instant(query: dict[str, str], name: str) -> datetime | None:
+    """The query's ISO 8601 date-time ``name`` (None when not given); 400 when it is not one."""
+    raw = query.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_instant(raw)
+    except ValueError:
+        raise ValidationError.field(name, "must be an ISO 8601 date-time") from None
+
+
+def back_from(moment: datetime, span: timedelta) -> datetime:
+    """``span`` before ``moment``, or the first instant a datetime holds when that is before it
+    (a range's default start, for a ``to`` near year 1)."""
+    try:
+        return moment - span
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)

@@ -1,16 +1,19 @@
-"""``/v1/policies``: create, list (optionally by agent), read, update, delete."""
+"""``/v1/policies``: create, list (optionally by agent), read, update, delete, and a policy's
+shadow report (decisions §10)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from flask import Blueprint, Response
 
 from api.auth import requires, takes_query
 from api.context import now, principal, services
-from api.params import path_id, read_body, read_paging, read_query
+from api.params import back_from, path_id, read_body, read_instant, read_paging, read_query
+from core.domain.errors import ValidationError
 from core.domain.validation import require_uuid
-from core.store import policies
+from core.store import policies, shadow
 from core.store.keys import Scope
 
 bp = Blueprint("policies", __name__, url_prefix="/v1/policies")
@@ -60,3 +63,19 @@ def delete(policy_id: str) -> Response:
     with services().db.transaction(write=True) as session:
         policies.delete_policy(session, principal().workspace_id, wanted)
     return Response(status=204)
+
+
+@bp.get("/<policy_id>/shadow-report")
+@takes_query("from", "to")
+def shadow_report(policy_id: str) -> dict[str, Any]:
+    """What the policy's would-be decisions did over ``[from, to]`` (``to``: now; ``from``:
+    7 days before ``to``), exactly, from the counts kept as entries were committed."""
+    wanted = path_id(policy_id)
+    query = read_query()
+    until = read_instant(query, "to") or now()
+    since = read_instant(query, "from") or back_from(until, timedelta(days=shadow.DEFAULT_DAYS))
+    if since > until:
+        raise ValidationError.field("from", "must not be after to")
+    with services().db.transaction(snapshot=True) as session:
+        found = shadow.report(session, principal().workspace_id, wanted, since, until)
+    return found.as_json()

@@ -722,6 +722,22 @@ def run_verify(entries: int) -> bool:
     return True
 
 
+def run_shadow(seconds: float, rounds: int) -> None:
+    from bench import shadow_cost
+
+    print("## 7. What a policy on trial costs a decision\n")
+    print(
+        "One `agentauth serve` on SQLite, three agents with the bench's policy: alone, with a "
+        "shadow policy above it, and with a shadow policy holding a rate limit; wrk at "
+        "concurrency 8 on each in turn, interleaved round by round.\n",
+        flush=True,
+    )
+    found = shadow_cost.measure(8, seconds, rounds)
+    print()
+    print(shadow_cost.report(found, 8))
+    print()
+
+
 def run_scale(entries: int, database_url: str | None) -> None:
     from bench import audit_scale
 
@@ -803,7 +819,7 @@ def main() -> int:
         "--skip",
         action="append",
         default=[],
-        choices=["engines", "http", "profile", "plan", "verify", "scale"],
+        choices=["engines", "http", "profile", "plan", "verify", "scale", "shadow"],
     )
     parser.add_argument(
         "--scale-entries",
@@ -874,6 +890,8 @@ def main() -> int:
         ok = run_verify(args.verify_entries) and ok
     if "scale" not in args.skip:
         run_scale(args.scale_entries, args.database_url)
+    if "shadow" not in args.skip:
+        run_shadow(args.seconds, args.rounds)
     return 0 if ok else 1
 
 

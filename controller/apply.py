@@ -169,6 +169,7 @@ def _policy_body(wanted: dict[str, Any]) -> dict[str, Any]:
         "rules": wanted["rules"],
         "priority": wanted["priority"],
         "enabled": wanted["enabled"],
+        "mode": wanted["mode"],
     }
 
 

@@ -11,6 +11,7 @@ import hashlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 from typing import NoReturn
@@ -19,6 +20,7 @@ import click
 
 from controller.apply import ApplyResult
 from controller.cache import DocumentCache, paused_gc
+from controller.evidence import Evidence, gather, mode_changes
 from controller.impact import DEFAULT_REPLAY, AgentImpact, analyse
 from controller.load import SourceFile
 from controller.plan import Action, Plan, build_plan
@@ -162,10 +164,11 @@ def plan(
             live = read_live(session, repo.workspace_id, repo)
             the_plan = build_plan(repo, live, prune_agents=prune_agents, adopt=adopt)
             impacts = analyse(session, repo, the_plan, replay)
+            evidence = gather(session, repo.workspace_id, the_plan, datetime.now(UTC))
         database.dispose()
     except AgentAuthError as exc:
         _fail(exc)
-    _render(the_plan, impacts, repo.warnings, fmt, "agentauth plan")
+    _render(the_plan, impacts, repo.warnings, fmt, "agentauth plan", evidence)
     _exit_for(the_plan, detailed_exitcode)
 
 
@@ -185,13 +188,14 @@ def _render(
     warnings: Sequence[Problem],
     fmt: str,
     title: str,
+    evidence: Sequence[Evidence] = (),
 ) -> None:
     if fmt == "json":
-        click.echo(render_json(the_plan, list(impacts), warnings), nl=False)
+        click.echo(render_json(the_plan, list(impacts), warnings, evidence), nl=False)
     elif fmt == "markdown":
-        click.echo(render_markdown(the_plan, impacts, warnings, title), nl=False)
+        click.echo(render_markdown(the_plan, impacts, warnings, title, evidence), nl=False)
     else:
-        click.echo(render_text(the_plan, impacts, warnings, _style()), nl=False)
+        click.echo(render_text(the_plan, impacts, warnings, _style(), evidence), nl=False)
 
 
 @main.command()
@@ -210,6 +214,11 @@ def _render(
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--detailed-exitcode", is_flag=True, help="exit 2 when there are changes")
 @click.option("--prune-agents", is_flag=True, help=PLAN_PRUNE_HELP)
+@click.option(
+    "--db",
+    help="a database to read the shadow reports of the policies whose mode changes from "
+    "(read only; without it, diff reads no database)",
+)
 def diff(
     base: str,
     head: str,
@@ -219,11 +228,14 @@ def diff(
     fmt: str,
     detailed_exitcode: bool,
     prune_agents: bool,
+    db: str | None,
 ) -> None:
-    """What changes from git revision BASE to HEAD of a policy repository (no database): the
-    plan of HEAD against a database where BASE was applied, with the same flags."""
+    """What changes from git revision BASE to HEAD of a policy repository: the plan of HEAD
+    against a database where BASE was applied, with the same flags. No database is read, unless
+    ``--db`` is given for the evidence of mode changes (decisions §10)."""
     try:
-        limits = ReadLimits.from_settings(Settings.from_env())
+        settings = Settings.from_env(database_url=db) if db else Settings.from_env()
+        limits = ReadLimits.from_settings(settings)
         git_repo = open_repository(repo_path)
         before_files = read_revision(git_repo, base, subdir, missing_ok=True, limits=limits)
         before = load_repo(before_files, workspace)
@@ -232,7 +244,16 @@ def diff(
         _fail(exc)
     _refuse_invalid(after)
     the_plan = build_plan(after, as_applied(before), prune_agents=prune_agents)
-    _render(the_plan, [], after.warnings, fmt, f"agentauth diff {base}..{head}")
+    evidence = mode_changes(the_plan)
+    if db and evidence:
+        try:
+            database = open_database(settings, write=False)
+            with database.transaction(snapshot=True) as session:
+                evidence = gather(session, after.workspace_id, the_plan, datetime.now(UTC))
+            database.dispose()
+        except AgentAuthError as exc:
+            _fail(exc)
+    _render(the_plan, [], after.warnings, fmt, f"agentauth diff {base}..{head}", evidence)
     _exit_for(the_plan, detailed_exitcode)
 
 

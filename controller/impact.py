@@ -31,6 +31,7 @@ from core.domain.engine import (
     settle,
 )
 from core.domain.limits import Charge, Refusal
+from core.domain.modes import PolicySet
 from core.hotpath.decisions import load_policies
 from core.store.models import AuditEntry
 
@@ -115,8 +116,10 @@ def analyse(session: Session, repo: Repo, plan: Plan, limit: int) -> list[AgentI
             continue
         calls = list(_recent_calls(session, workspace_id, agent.id, limit))
         if calls:  # compile nothing for an agent without history
-            before = _live_policies(session, workspace_id, agent.id)
-            after = compile_desired(repo.policies_of(name))
+            # what decides the calls: the enforced policies, on both sides (a warn or shadow
+            # policy's evidence is its shadow report, shown beside the replay)
+            before = PolicySet.of(_live_policies(session, workspace_id, agent.id)).enforced
+            after = PolicySet.of(compile_desired(repo.policies_of(name))).enforced
             out.append(replay(name, before, after, calls))
     return out
 
@@ -133,6 +136,7 @@ def compile_desired(policies: Iterable[DesiredPolicy]) -> list[CompiledPolicy]:
             enabled=p.enabled,
             created_at=epoch,
             rules=p.rules,
+            mode=p.mode,
         )
         for p in policies
     )

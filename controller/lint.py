@@ -13,6 +13,9 @@ higher priority than P has such a rule in scope. Equal priorities do not count: 
 depends on createdAt and id, which a repository does not fix. Rules that only check
 (``parameter_constraint``, ``time_based``, ``rate_limit``) do not decide when they pass, so a
 policy made only of them shadows nothing. Disabled policies neither shadow nor are reported.
+Modes (decisions §10): a warn or shadow policy never decides a real call, so it makes no
+enforced policy's rule unreachable; its own rules are walked in the would-be decision, with
+every enabled policy, so any policy of higher priority can make them unreachable.
 
 Limitation: R's patterns are checked one by one, each against single higher patterns
 (:func:`glob_covers`). Patterns of different policies together cover R when each of R's patterns
@@ -45,6 +48,9 @@ class LintPolicy:
     priority: int
     enabled: bool
     rules: Sequence[Mapping[str, Any]]  # as the policy JSON schema shapes them
+    #: only enforced policies decide calls; warn and shadow ones decide the would-be decision,
+    #: with every enabled policy (decisions §10)
+    mode: str = "enforce"
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class _Decider:
     name: str
     priority: int
     patterns: tuple[str, ...]  # tools of its tool_allowlist and tool_denylist rules
+    enforced: bool = True
 
 
 def shadowed_rules(policies: Sequence[LintPolicy]) -> list[Shadow]:
@@ -81,7 +88,14 @@ def shadowed_rules(policies: Sequence[LintPolicy]) -> list[Shadow]:
     covers: dict[tuple[int, str], bool] = {}  # (decider index, pattern): covered
     out = []
     for policy in enabled:
-        higher = [i for i, decider in enumerate(deciders) if decider.priority > policy.priority]
+        # an enforced policy's rules are reached unless an enforced policy decides first; a
+        # warn or shadow policy's, in the would-be decision, unless any policy does
+        trial = policy.mode != "enforce"
+        higher = [
+            i
+            for i, decider in enumerate(deciders)
+            if decider.priority > policy.priority and (trial or decider.enforced)
+        ]
         if not higher:
             continue
         for index, rule in enumerate(policy.rules):
@@ -113,7 +127,9 @@ def _decider(policy: LintPolicy) -> _Decider:
         if rule.get("type") in _DECIDING
         for pattern in _patterns(rule)
     ]
-    return _Decider(policy.name, policy.priority, tuple(dict.fromkeys(patterns)))
+    return _Decider(
+        policy.name, policy.priority, tuple(dict.fromkeys(patterns)), policy.mode == "enforce"
+    )
 
 
 def _covered_by(

@@ -102,7 +102,8 @@ class Plan:
 @dataclass(frozen=True)
 class LiveObject:
     """An agent or policy as the database holds it. ``fields`` are the managed fields (agent:
-    name, description, status; policy: name, agent, agent_id, rules, priority, enabled);
+    name, description, status; policy: name, agent, agent_id, rules, priority, enabled,
+    mode);
     ``applied`` is what the controller last wrote (None when unmanaged)."""
 
     kind: str
@@ -140,6 +141,7 @@ def policy_fields(policy: DesiredPolicy) -> dict[str, Any]:
         "rules": policy.rules,
         "priority": policy.priority,
         "enabled": policy.enabled,
+        "mode": policy.mode,
     }
 
 

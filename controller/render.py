@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from controller.evidence import DAYS, Evidence
 from controller.impact import AgentImpact, Flip
 from controller.plan import ABSENT, Action, Change, FieldChange, Plan
 from schemas import Problem
@@ -117,6 +118,7 @@ def render_text(
     impacts: Sequence[AgentImpact] = (),
     warnings: Sequence[Problem] = (),
     style: Style = _plain,
+    evidence: Sequence[Evidence] = (),
 ) -> str:
     lines = [style(f"Plan: {headline(plan)}.", bold=True)]
     for change in plan.changes:
@@ -128,6 +130,10 @@ def render_text(
     if impacts:
         lines += ["", style("Impact on recent calls (replayed through the engine):", bold=True)]
         lines += [f"  {line}" for impact in impacts for line in _impact_lines(impact)]
+    if evidence:
+        title = f"Mode changes, and what each policy would have done (last {DAYS} days):"
+        lines += ["", style(title, bold=True)]
+        lines += [f"  {line}" for found in evidence for line in _evidence_lines(found)]
     if warnings:
         lines += ["", style(f"{len(warnings)} warning(s):", fg="yellow")]
         lines += [f"  {w}" for w in warnings]
@@ -141,6 +147,29 @@ def _impact_lines(impact: AgentImpact) -> list[str]:
     ]
     lines += [f"  {_flip_line(flip)}" for flip in impact.examples]
     return lines
+
+
+def _evidence_lines(evidence: Evidence) -> list[str]:
+    agent = f" (agent {evidence.agent})" if evidence.agent else ""
+    head = f"{evidence.policy}{agent}: {evidence.before} -> {evidence.after}"
+    report = evidence.report
+    if report is None:
+        return [f"{head}: {_no_report(evidence)}"]
+    lines = [
+        f"{head}: {report.calls} calls with a would-be decision, {report.changed} changed "
+        f"({report.would_deny} would deny, {report.would_escalate} would escalate, "
+        f"{report.would_allow} would allow), {report.errors} errors"
+    ]
+    lines += [
+        f"  {tool}: {calls} calls, {changed} changed" for tool, calls, changed in report.by_tool
+    ]
+    return lines
+
+
+def _no_report(evidence: Evidence) -> str:
+    if evidence.looked:
+        return "no shadow report: the database does not hold this policy"
+    return "no shadow report read (give --db to read it)"
 
 
 def _flip_line(flip: Flip) -> str:
@@ -159,9 +188,12 @@ def render_json(
     plan: Plan,
     impacts: Sequence[AgentImpact] | None = None,
     warnings: Sequence[Problem] = (),
+    evidence: Sequence[Evidence] = (),
 ) -> str:
     """One JSON object on one line, keys sorted (pipe it through ``jq`` to read it). Members:
-    format_version, summary, has_changes, changes, impact (null when not analysed), warnings.
+    format_version, summary, has_changes, changes, impact (null when not analysed), evidence
+    (each policy whose mode changes: ``policy``, ``agent``, ``id``, ``mode_before``,
+    ``mode_after``, and ``report``, its shadow report or null when none was read), warnings.
     A change holds the whole object in ``before`` (update, delete, orphan, and a conflict with
     an object of this workspace; null for one of another workspace) and ``after`` (create,
     update, conflict); ``fields`` lists an update's differing members, each with ``path``,
@@ -172,6 +204,7 @@ def render_json(
         "has_changes": plan.has_changes,
         "changes": [_change_json(c) for c in plan.changes],
         "impact": None if impacts is None else [_impact_json(i) for i in impacts],
+        "evidence": [_evidence_json(e) for e in evidence],
         "warnings": [_problem_json(w) for w in warnings],
     }
     return json.dumps(document, ensure_ascii=False, sort_keys=True) + "\n"
@@ -230,6 +263,17 @@ def _impact_json(impact: AgentImpact) -> dict[str, Any]:
     }
 
 
+def _evidence_json(evidence: Evidence) -> dict[str, Any]:
+    return {
+        "policy": evidence.policy,
+        "agent": evidence.agent,
+        "id": evidence.policy_id,
+        "mode_before": evidence.before,
+        "mode_after": evidence.after,
+        "report": None if evidence.report is None else evidence.report.as_json(),
+    }
+
+
 def _problem_json(problem: Problem) -> dict[str, Any]:
     return {
         "file": problem.file,
@@ -249,6 +293,7 @@ def render_markdown(
     impacts: Sequence[AgentImpact] = (),
     warnings: Sequence[Problem] = (),
     title: str = "agentauth plan",
+    evidence: Sequence[Evidence] = (),
 ) -> str:
     counts = plan.summary()
     head = [
@@ -263,10 +308,35 @@ def render_markdown(
         head += ["", "**Impact on recent calls**", ""]
         head += ["| agent | replayed | allowed → denied | denied → allowed |", "|---|--:|--:|--:|"]
         head += [f"| {i.agent} | {i.replayed} | {i.to_denied} | {i.to_allowed} |" for i in impacts]
+    if evidence:
+        head += ["", f"**Mode changes: what each policy would have done (last {DAYS} days)**", ""]
+        head += [
+            "| policy | mode | calls | changed | would deny | would escalate | would allow "
+            "| errors |",
+            "|---|---|--:|--:|--:|--:|--:|--:|",
+        ]
+        head += [_evidence_row(e) for e in evidence]
     if warnings:
         head += ["", f"**{len(warnings)} warning(s)**", ""] + [f"- `{w}`" for w in warnings[:20]]
     body = [_change_markdown(c) for c in plan.changes]
     return _fit("\n".join(head) + "\n", body)
+
+
+def _evidence_row(evidence: Evidence) -> str:
+    mode = f"{evidence.before} → {evidence.after}"
+    report = evidence.report
+    if report is None:
+        return f"| {_cell(evidence.policy)} | {mode} | {_no_report(evidence)} | | | | | |"
+    counts = (
+        report.calls, report.changed, report.would_deny, report.would_escalate,
+        report.would_allow, report.errors,
+    )  # fmt: skip
+    return f"| {_cell(evidence.policy)} | {mode} | " + " | ".join(map(str, counts)) + " |"
+
+
+def _cell(text: str) -> str:
+    """Text safe in a table cell: no pipe ends the cell, no backtick opens code."""
+    return text.replace("|", "\\|").replace("`", "'")
 
 
 def _change_markdown(change: Change) -> str:

@@ -40,6 +40,7 @@ class DesiredPolicy:
     rules: list[Any]
     priority: int
     enabled: bool
+    mode: str  # enforce, warn or shadow (decisions §10)
     document: Document
 
 
@@ -115,6 +116,7 @@ def _load_repo(files: Sequence[SourceFile], workspace: str, own_cache: DocumentC
             doc.spec["rules"],
             int(doc.spec.get("priority", 0)),
             bool(doc.spec.get("enabled", True)),
+            str(doc.spec.get("mode", "enforce")),
             doc,
         )
     tests = tuple(by_kind["PolicyTest"])
@@ -211,7 +213,7 @@ def _shadows(by_agent: dict[str, list[DesiredPolicy]]) -> list[Problem]:
     out = []
     for policies in by_agent.values():
         own = {p.name: p for p in policies}
-        lint = [LintPolicy(p.name, p.priority, p.enabled, p.rules) for p in own.values()]
+        lint = [LintPolicy(p.name, p.priority, p.enabled, p.rules, p.mode) for p in own.values()]
         for shadow in shadowed_rules(lint):
             doc = own[shadow.policy].document
             out.append(

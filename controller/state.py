@@ -75,6 +75,7 @@ def _policy(policy: Policy, agent_name: str) -> LiveObject:
         "rules": policy.rules,
         "priority": policy.priority,
         "enabled": policy.enabled,
+        "mode": policy.mode,
     }
     return LiveObject(
         "Policy", policy.id, policy.name, fields, policy.managed_by == MANAGER, policy.managed_spec

@@ -39,6 +39,7 @@ from core.domain.engine import (
     settle,
 )
 from core.domain.limits import MemoryCounters
+from core.domain.modes import PolicySet
 
 #: agent statuses that deny every call before policies are read
 BLOCKING_STATUSES = ("suspended", "revoked")
@@ -124,7 +125,8 @@ def run_tests(repo: Repo) -> TestReport:
     for document in repo.tests:
         agent = document.spec["agent"]
         if agent not in compiled:
-            compiled[agent] = compile_desired(repo.policies_of(agent))
+            # the real decision's: warn and shadow policies decide none
+            compiled[agent] = list(PolicySet.of(compile_desired(repo.policies_of(agent))).enforced)
         status = repo.agents[agent].status
         blocked = status if status in BLOCKING_STATUSES else None
         results.append(_run_document(document, compiled[agent], blocked, names))

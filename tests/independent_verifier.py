@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 FIELDS = ("id", "seq", "agentId", "action", "toolName", "parameters", "result", "policyId",
           "approvalId", "sessionId", "reason", "latencyMs", "timestamp")  # fmt: skip
+VERSIONS = {1: FIELDS, 2: (*FIELDS, "wouldBe")}  # by the line's hashVersion (absent: 1)
 
 
 def heads(lines):  # yields (seq, head) after each entry; raises at the first that fails
@@ -29,7 +30,8 @@ def heads(lines):  # yields (seq, head) after each entry; raises at the first th
         if entry.get("erased"):
             own = bytes.fromhex(entry["entryHash"])
         else:
-            own = hashlib.sha256(rfc8785.dumps({f: entry.get(f) for f in FIELDS})).digest()
+            fields = VERSIONS[entry.get("hashVersion", 1)]
+            own = hashlib.sha256(rfc8785.dumps({f: entry.get(f) for f in fields})).digest()
         head = hashlib.sha256(head + own).digest()
         assert head.hex() == entry["hash"], f"entry {n} changed"
         yield n, head

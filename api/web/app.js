@@ -440,12 +440,17 @@ async function agentPage(id) {
   const token = generation;
   const agent = await api("GET", `/v1/agents/${encodeURIComponent(id)}`);
   const ordered = (await everything("/v1/policies", { agent_id: id })).sort(byEvaluationOrder);
-  let step = 0; // disabled policies are listed where their priority puts them, but skipped
-  const policyRows = ordered.map((policy) => h("tr", { class: policy.enabled ? "" : "disabled" },
-    h("td", {}, policy.enabled ? String(++step) : "—"),
-    h("td", {}, policy.name, h("div", { class: "muted mono small" }, policy.id)),
+  // disabled policies are listed where their priority puts them, but skipped; so are warn and
+  // shadow ones, which decide no call (only the would-be decision beside it)
+  let step = 0;
+  const policyRows = ordered.map((policy) => h("tr", { class: policy.enabled ? "" : "disabled",
+    "data-mode": policy.mode },
+    h("td", {}, policy.enabled && policy.mode === "enforce" ? String(++step) : "—"),
+    h("td", {}, h("a", { href: `#/policies/${policy.id}` }, policy.name),
+      h("div", { class: "muted mono small" }, policy.id)),
     h("td", {}, String(policy.priority)),
     h("td", {}, policy.enabled ? badge("enabled", "active") : badge("disabled", "suspended")),
+    h("td", {}, modeBadge(policy.mode)),
     h("td", {}, h("ol", { class: "rules" }, policy.rules.map((rule) => h("li", {}, ruleText(rule))))),
     h("td", {}, policy.managedBy ? h("span", { title: policy.managedBy }, "git") : "API")));
   const sections = [h("section", { class: "panel" },
@@ -461,7 +466,7 @@ async function agentPage(id) {
     h("h2", {}, "Policies, in evaluation order"),
     ordered.length ? scroller(h("table", { id: "policies" },
       h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "Policy"), h("th", {}, "Priority"),
-        h("th", {}, "State"), h("th", {}, "Rules"), h("th", {}, "Managed by"))),
+        h("th", {}, "State"), h("th", {}, "Mode"), h("th", {}, "Rules"), h("th", {}, "Managed by"))),
       h("tbody", {}, policyRows)))
       : h("p", { class: "muted" }, "No policies: every call of this agent is denied (default deny)."))];
   const usage = h("section", { class: "panel", id: "usage" }, h("h2", {}, "Limits in use"));
@@ -501,7 +506,8 @@ async function usagePanel(panel, id, policies, sessionId = "") {
     const shown = item.used === null ? "ask with a session"
       : `${item.used} of ${item.limit} used, ${item.remaining} left`;
     return h("tr", { "data-rule": `${item.policyId}:${item.ruleIndex}` },
-      h("td", {}, names[item.policyId] || item.policyId, h("div", { class: "muted small" }, `rule ${item.ruleIndex}`)),
+      h("td", {}, names[item.policyId] || item.policyId, item.mode && item.mode !== "enforce"
+        ? [" ", modeBadge(item.mode)] : null, h("div", { class: "muted small" }, `rule ${item.ruleIndex}`)),
       h("td", {}, `${what} / ${item.windowSeconds} s${per}`,
         h("div", { class: "muted small" }, `window from ${when(item.windowStart)}`)),
       h("td", { class: "usage" }, h("meter", { min: "0", max: String(item.limit),
@@ -511,6 +517,105 @@ async function usagePanel(panel, id, policies, sessionId = "") {
   panel.append(form, scroller(h("table", { id: "limits" },
     h("thead", {}, h("tr", {}, h("th", {}, "Policy"), h("th", {}, "Limit"), h("th", {}, "Current window"))),
     h("tbody", {}, rows))));
+}
+
+// decisions §10: what each mode does, in words
+const MODE_WORDS = {
+  enforce: "Decides calls.",
+  warn: "Tried beside the enforced policies: calls are decided without it, and the caller is " +
+    "warned when it would have decided otherwise.",
+  shadow: "Tried beside the enforced policies, silently: calls are decided without it, and " +
+    "what it would have done is only recorded.",
+};
+const MODE_KINDS = { enforce: "active", warn: "pending", shadow: "plain" };
+
+function modeBadge(mode) {
+  return h("span", { title: MODE_WORDS[mode] || "" }, badge(mode, MODE_KINDS[mode] || "plain"));
+}
+
+// One policy: what it is, and what it would have done on live traffic over the last 7 days
+// (GET /v1/policies/:id/shadow-report), with a chart of its would-be results day by day
+async function policyPage(id) {
+  const token = generation;
+  const policy = await api("GET", `/v1/policies/${encodeURIComponent(id)}`);
+  const [agent, report] = await Promise.all([
+    api("GET", `/v1/agents/${encodeURIComponent(policy.agentId)}`),
+    api("GET", `/v1/policies/${encodeURIComponent(id)}/shadow-report`)]);
+  const chart = h("figure", { class: "chart-box", id: "would-be-chart", "aria-busy": "true" });
+  show(token, h("section", { class: "panel" },
+    h("p", {}, h("a", { href: `#/agents/${agent.id}` }, `← ${agent.name}`)),
+    h("h1", {}, policy.name, " ", modeBadge(policy.mode)),
+    h("p", { class: "muted" }, MODE_WORDS[policy.mode] || ""),
+    h("dl", { class: "facts" },
+      h("dt", {}, "ID"), h("dd", { class: "mono" }, policy.id),
+      h("dt", {}, "Agent"), h("dd", {}, h("a", { href: `#/agents/${agent.id}` }, agent.name)),
+      h("dt", {}, "Priority"), h("dd", {}, String(policy.priority)),
+      h("dt", {}, "State"), h("dd", {}, policy.enabled ? "enabled" : "disabled"),
+      h("dt", {}, "Managed by"), h("dd", {}, policy.managedBy ? "git" : "API")),
+    h("ol", { class: "rules" }, policy.rules.map((rule) => h("li", {}, ruleText(rule))))),
+  reportPanel(report, agent), h("section", { class: "panel" },
+    h("h2", {}, "Would-be results, day by day"), chart));
+  await drawWouldBe(chart, id, token);
+}
+
+// the report's counts, by tool, and the newest calls it would have changed
+function reportPanel(report, agent) {
+  const facts = [["Calls with a would-be decision", report.calls],
+    ["Changed by this policy", report.changed], ["… would deny", report.wouldDeny],
+    ["… would escalate", report.wouldEscalate], ["… would allow", report.wouldAllow],
+    ["Would-be decisions that failed", report.errors]];
+  return h("section", { class: "panel", id: "report" },
+    h("h2", {}, "What it would have done"),
+    h("p", { class: "muted small" }, `From ${when(report.from)} to ${when(report.to)}: the calls of `,
+      agent.name, " decided beside its enforced policies as if this one enforced too."),
+    h("dl", { class: "facts" }, facts.flatMap(([name, n]) =>
+      [h("dt", {}, name), h("dd", { class: "num", "data-count": name }, String(n))])),
+    report.byTool.length ? scroller(h("table", { id: "report-tools" },
+      h("thead", {}, h("tr", {}, h("th", {}, "Tool"), h("th", { class: "num" }, "Calls"),
+        h("th", { class: "num" }, "Changed"))),
+      h("tbody", {}, report.byTool.map((row) => h("tr", {},
+        h("td", { class: "mono" }, row.toolName), h("td", { class: "num" }, String(row.calls)),
+        h("td", { class: "num" }, String(row.changed)))))))
+      : h("p", { class: "muted" }, "No calls with a would-be decision in this range."),
+    report.samples.length ? h("details", { id: "report-samples" },
+      h("summary", {}, counted(report.samples.length, "call it changed", "calls it changed"),
+        ", newest first"),
+      h("ul", { class: "mono small" }, report.samples.map((sample) => h("li", {}, sample)))) : null);
+}
+
+// seven reports of a day each: the would-be results of the calls this policy changed, and the
+// calls it left as they were, stacked by day
+async function drawWouldBe(box, id, token) {
+  const today = Math.floor(Date.now() / DAY_MS) * DAY_MS;
+  const days = Array.from({ length: 7 }, (_, i) => today - (6 - i) * DAY_MS);
+  let reports;
+  try {
+    reports = await Promise.all(days.map((start) => api("GET",
+      `/v1/policies/${encodeURIComponent(id)}/shadow-report`, { params: {
+        from: new Date(start).toISOString(),
+        // the day's last microsecond: to is inclusive
+        to: `${new Date(start + DAY_MS - 1000).toISOString().slice(0, 19)}.999999Z` } })));
+  } catch (error) {
+    if (token !== generation) return;
+    if (error instanceof ApiError && error.status === 401) return fail(error);
+    box.replaceChildren(h("p", { class: "notice bad" }, `No chart: ${describe(error)}`));
+    box.removeAttribute("aria-busy");
+    return;
+  }
+  if (token !== generation) return;
+  const items = reports.flatMap((r, i) => {
+    const start = new Date(days[i]).toISOString();
+    return [["denied", r.wouldDeny], ["escalated", r.wouldEscalate], ["allowed", r.wouldAllow],
+      ["error", r.errors], ["unchanged", r.calls - r.changed - r.errors]]
+      .filter(([, n]) => n > 0).map(([key, count]) => ({ start, key, count }));
+  });
+  const width = Math.max(300, Math.round(box.clientWidth));
+  const drawn = decisionsChart(items, days[0], today + DAY_MS - 1, "day", width,
+    "Would-be decisions", "would-be-title");
+  box.replaceChildren(...[h("figcaption", { class: "muted small" }, drawn.title),
+    drawn.node || h("p", { class: "muted", id: "would-be-empty" }, "No would-be decisions in these 7 days."),
+    drawn.legend].filter(Boolean));
+  box.removeAttribute("aria-busy");
 }
 
 const RESULT_KINDS = { allowed: "active", denied: "revoked", escalated: "pending" };
@@ -526,6 +631,15 @@ function entryNotes(entry) {
   if (entry.approvalId) {
     notes.push(h("div", { class: "small nowrap" }, h("a", { href: `#/approvals/${entry.approvalId}`,
       title: entry.approvalId }, `approval ${entry.approvalId.slice(0, 8)}…`)));
+  }
+  const would = entry.wouldBe;
+  if (would && would.result === "error") {
+    notes.push(h("div", { class: "small would-be" }, badge("would-be failed", "plain")));
+  } else if (would && would.result !== entry.result) {
+    const by = would.policyId ? h("a", { href: `#/policies/${would.policyId}` }, "a policy tried")
+      : "the default deny";
+    notes.push(h("div", { class: "small would-be", title: would.reason },
+      badge(`would be ${would.result}`, RESULT_KINDS[would.result] || "revoked"), " by ", by));
   }
   if (entry.sessionId) {
     notes.push(h("div", { class: "small nowrap session" }, h("a", {
@@ -1348,6 +1462,7 @@ async function route() {
   }
   try {
     if (parts[0] === "agents" && parts[1]) await agentPage(parts[1]);
+    else if (parts[0] === "policies" && parts[1]) await policyPage(parts[1]);
     else if (parts[0] === "approvals" && parts[1]) await approvalPage(parts[1]);
     else await (PAGES[parts[0]] || agentsPage)(args);
   } catch (error) {

@@ -9,8 +9,9 @@ const MINUTE_MS = 60e3;
 const HOUR_MS = 3600e3;
 const DAY_MS = 86400e3;
 const GRAINS = { minute: MINUTE_MS, hour: HOUR_MS, day: DAY_MS };
-// the results of core/store/audit.py, in the order their bars stack (any other one after them)
-const RESULT_ORDER = ["allowed", "denied", "escalated"];
+// the results of core/store/audit.py, in the order their bars stack (any other one after them:
+// the policy page's would-be chart adds "unchanged" and "error")
+const RESULT_ORDER = ["allowed", "denied", "escalated", "unchanged", "error"];
 // the drawing's margins and height, in pixels; its width is its box's when drawn (the SVG then
 // scales with the box when the window changes)
 const CHART = { height: 240, left: 48, right: 12, top: 12, bottom: 34 };
@@ -62,8 +63,10 @@ function niceStep(max, parts) {
 // The chart of `items` ({start, key, count}, grouped by result) over [from, to] (ms since the
 // epoch) in buckets of `bucket`, `width` pixels wide: its title, an <svg role=img> of stacked
 // bars (one <g class=series> per result present, a bar per bucket and result with a count, its
-// title saying what it counts) and a legend; no svg when there is nothing to draw.
-function decisionsChart(items, from, to, bucket, width) {
+// title saying what it counts) and a legend; no svg when there is nothing to draw. `what` names
+// what is counted in the title ("Decisions", or a policy's "Would-be decisions"), and `id` the
+// title's element (two charts on one page must differ).
+function decisionsChart(items, from, to, bucket, width, what = "Decisions", id = "chart-title") {
   const starts = bucketStarts(from, to, bucket);
   const counts = tally(items, starts);
   const results = Object.keys(counts);
@@ -71,7 +74,7 @@ function decisionsChart(items, from, to, bucket, width) {
   const span = `${utcText(from, "minute")} to ${utcText(to, "minute")} UTC`;
   const summary = results.length
     ? results.map((r) => `${totals[r]} ${r}`).join(", ") : "no decisions";
-  const title = `Decisions per ${bucket} by result, ${span}: ${summary}`;
+  const title = `${what} per ${bucket} by result, ${span}: ${summary}`;
   if (!results.length) return { title, node: null, legend: null };
   const stacks = starts.map((_, i) => results.reduce((sum, r) => sum + counts[r][i], 0));
   const step = niceStep(Math.max(...stacks), 4);
@@ -80,9 +83,9 @@ function decisionsChart(items, from, to, bucket, width) {
   const plot = { left, right: width - right, bottom: height - bottom,
     slot: (width - left - right) / starts.length };
   plot.y = (n) => plot.bottom - (n / top) * (plot.bottom - pad);
-  const node = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-labelledby": "chart-title",
+  const node = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-labelledby": id,
     class: "chart", "data-bucket": bucket },
-  svg("title", { id: "chart-title" }, title),
+  svg("title", { id }, title),
   countAxis(plot, top, step), timeAxis(plot, starts, bucket),
   svg("text", { class: "chart-label", x: plot.right, y: height - 2, "text-anchor": "end" }, `per ${bucket}, UTC`),
   stackedBars(plot, starts, counts, bucket));

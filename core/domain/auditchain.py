@@ -27,6 +27,12 @@ ENTRY_FIELDS_V1 = (
     "id", "seq", "agentId", "action", "toolName", "parameters", "result", "policyId",
     "approvalId", "sessionId", "reason", "latencyMs", "timestamp",
 )  # fmt: skip
+#: version 2 (entries written since decisions §10): the v1 fields and the would-be decision
+ENTRY_FIELDS_V2 = (*ENTRY_FIELDS_V1, "wouldBe")
+#: each version's fields, by the ``hashVersion`` an entry carries (1 when it carries none)
+ENTRY_FIELDS = {1: ENTRY_FIELDS_V1, 2: ENTRY_FIELDS_V2}
+#: the version of every entry written now
+HASH_VERSION = 2
 #: hash(0): the head of an empty chain
 ZERO_HASH = bytes(32)
 #: the key name of every checkpoint this service signs
@@ -40,9 +46,10 @@ _SAFE_INTEGER = 2**53 - 1
 #: orjson, set to write what RFC 8785 writes where the two agree (sorted keys, no whitespace)
 _ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 #: where an entry's seq sits in its canonical JSON (with seq 0): the members after it are
-#: sessionId, timestamp and toolName, strings or null, so this is its last occurrence
+#: sessionId, timestamp and toolName, strings or null, and wouldBe, null or an object without
+#: a member seq, so this is its last occurrence
 _SEQ_ZERO = b',"seq":0,'
-_V1_VALUES = operator.itemgetter(*ENTRY_FIELDS_V1)
+_VALUES = {version: operator.itemgetter(*names) for version, names in ENTRY_FIELDS.items()}
 
 
 def canonical_json(value: Any) -> bytes:
@@ -145,19 +152,25 @@ class Leaf:
 
 
 def entry_json(entry: Mapping[str, Any], parameters_json: bytes | None = None) -> bytes:
-    """The entry's v1 fields in RFC 8785 canonical JSON; a field the entry does not carry (or
-    does not use yet) is null. ``parameters_json``: :func:`canonical_json` of its parameters,
-    when already made.
+    """The entry's fields of its ``hashVersion`` (1 when it carries none: v1; 2: the v1 fields
+    and ``wouldBe``) in RFC 8785 canonical JSON; a field the entry does not carry (or does not
+    use yet) is null. ``parameters_json``: :func:`canonical_json` of its parameters, when
+    already made. Raises ValueError for a version that is not 1 or 2.
 
     ``latencyMs``, a float in every entry, is written apart, so that an entry whose parameters
     need no care takes orjson's path. Its other fields are strings, null and seq in every entry
-    written; in an entry changed to hold something else there, orjson's bytes may not be RFC
-    8785's, but they still differ from those of every entry that does (orjson writes each
-    parsed JSON value as text that parses back to it), which is all verifying needs."""
+    written (and ``wouldBe``, null or an object of strings, null and a small integer); in an
+    entry changed to hold something else there, orjson's bytes may not be RFC 8785's, but they
+    still differ from those of every entry that does (orjson writes each parsed JSON value as
+    text that parses back to it), which is all verifying needs."""
+    version = entry.get("hashVersion", 1)
+    names = ENTRY_FIELDS.get(version) if type(version) is int else None
+    if names is None:
+        raise ValueError(f"not a hash version: {version!r}")
     try:
-        fields = dict(zip(ENTRY_FIELDS_V1, _V1_VALUES(entry), strict=True))
+        fields = dict(zip(names, _VALUES[version](entry), strict=True))
     except KeyError:  # an entry without some field: null
-        fields = {name: entry.get(name) for name in ENTRY_FIELDS_V1}
+        fields = {name: entry.get(name) for name in names}
     latency, parameters = fields["latencyMs"], fields["parameters"]
     if type(latency) is float:
         try:

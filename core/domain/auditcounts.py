@@ -12,6 +12,11 @@ an agent and tool or a session has so few entries a minute that a row each would
 row an entry, so their partial hours are counted from the entries, through the agent's or the
 session's index.
 
+An entry with a would-be decision (decisions §10) is counted under a sixth key too, for the
+shadow report: by its agent and tool, the policy that made its would-be decision and that
+decision's result (kind ``w``; the row's ``session_id`` holds the policy, "" for none, and its
+``action`` the would-be result), per hour and per minute.
+
 The batch that commits entries writes, in its transaction, one tally per workspace: how many
 of its entries share each :data:`Signature` (a few tuples, one insert: the hot path's whole
 share of the counting). Folding a tally into the rollup rows, each signature into its eight
@@ -34,7 +39,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
 
 #: the kinds of row, by the filter dimensions they answer for
-ALL, AGENT, TOOL, AGENT_TOOL, SESSION = "*", "a", "t", "b", "s"
+ALL, AGENT, TOOL, AGENT_TOOL, SESSION, WOULD_BE = "*", "a", "t", "b", "s", "w"
 KIND_OF_DIMENSIONS: dict[frozenset[str], str] = {
     frozenset(): ALL,
     frozenset({"agent"}): AGENT,
@@ -42,9 +47,16 @@ KIND_OF_DIMENSIONS: dict[frozenset[str], str] = {
     frozenset({"agent", "tool"}): AGENT_TOOL,
     frozenset({"session"}): SESSION,
 }
-KINDS = (ALL, AGENT, TOOL, AGENT_TOOL, SESSION)
+KINDS = (ALL, AGENT, TOOL, AGENT_TOOL, SESSION, WOULD_BE)
 #: the grains each kind is counted in (coarsest first)
-GRAINS_OF = {ALL: GRAINS, AGENT: GRAINS, TOOL: GRAINS, AGENT_TOOL: (HOUR,), SESSION: (HOUR,)}
+GRAINS_OF = {
+    ALL: GRAINS,
+    AGENT: GRAINS,
+    TOOL: GRAINS,
+    AGENT_TOOL: (HOUR,),
+    SESSION: (HOUR,),
+    WOULD_BE: GRAINS,
+}
 
 #: a rollup row's key: (grain, kind, agent_id, tool_name, session_id, bucket, result, action),
 #: with "" in the dimensions its kind does not key (no entry's agent, tool or session is "")
@@ -57,8 +69,10 @@ def epoch_seconds(moment: datetime) -> int:
 
 
 #: what a committed entry says of itself for counting: (agent_id, tool_name, session_id or
-#: None, result, action, the start of its minute in seconds since the epoch)
-Signature = tuple[str, str, str | None, str, str, int]
+#: None, result, action, the start of its minute in seconds since the epoch, the policy that
+#: made its would-be decision ("" for none), and that decision's result (None: no would-be
+#: decision))
+Signature = tuple[str, str, str | None, str, str, int, str, str | None]
 
 
 def signature_of(
@@ -69,14 +83,26 @@ def signature_of(
     result: str,
     action: str,
     timestamp: datetime,
+    would_policy_id: str | None = None,
+    would_result: str | None = None,
 ) -> Signature:
     second = int(timestamp.timestamp())  # whole seconds: microseconds never round it up here
-    return (agent_id, tool_name, session_id, result, action, second - second % MINUTE)
+    minute = second - second % MINUTE
+    return (
+        agent_id,
+        tool_name,
+        session_id,
+        result,
+        action,
+        minute,
+        would_policy_id or "",
+        would_result,
+    )
 
 
 def keys_of(signature: Signature) -> list[Key]:
     """The rollup rows an entry of ``signature`` counts in."""
-    agent_id, tool_name, session_id, result, action, minute = signature
+    agent_id, tool_name, session_id, result, action, minute, would_policy, would = signature
     found: list[Key] = []
     for grain in GRAINS:
         bucket = minute - minute % grain
@@ -89,6 +115,10 @@ def keys_of(signature: Signature) -> list[Key]:
             found.append((grain, AGENT_TOOL, agent_id, tool_name, "", bucket, result, action))
         if session_id is not None and grain in GRAINS_OF[SESSION]:
             found.append((grain, SESSION, "", "", session_id, bucket, result, action))
+        if would is not None:
+            found.append(
+                (grain, WOULD_BE, agent_id, tool_name, would_policy, bucket, result, would)
+            )
     return found
 
 

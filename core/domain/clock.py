@@ -13,8 +13,12 @@ def utc_now() -> datetime:
 
 
 def isoformat(moment: datetime) -> str:
-    """``2026-11-21T15:13:00.123456Z``: UTC, microseconds, a ``Z`` suffix."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """``2026-11-21T15:13:00.123456Z``: UTC, microseconds, a ``Z`` suffix; the year always in
+    four digits (``0738-...``: the C library's ``%Y`` writes ``738``, which is no RFC 3339
+    date-time)."""
+    utc = moment.astimezone(UTC)
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return text if utc.year >= 1000 else f"{utc.year:04d}{text[text.index('-') :]}"
 
 
 def parse_instant(text: str) -> datetime:

@@ -40,6 +40,7 @@ def compile_policy(
     enabled: bool,
     created_at: datetime,
     rules: Sequence[Mapping[str, Any]],
+    mode: str = "enforce",
 ) -> CompiledPolicy:
     """Compile a stored policy once; ``rules`` are schema-valid dicts as the API takes them.
 
@@ -49,7 +50,7 @@ def compile_policy(
     if created_at.tzinfo is None:
         created_at = created_at.replace(tzinfo=UTC)
     compiled = tuple(_compile_rule(id, name, index, rule) for index, rule in enumerate(rules))
-    return CompiledPolicy(id, name, priority, enabled, created_at, compiled)
+    return CompiledPolicy(id, name, priority, enabled, created_at, compiled, mode)
 
 
 def _compile_rule(

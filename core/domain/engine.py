@@ -164,6 +164,9 @@ class CompiledPolicy:
     enabled: bool
     created_at: datetime
     rules: tuple[CompiledRule, ...]
+    #: "enforce", "warn" or "shadow" (``core.domain.modes``): :func:`evaluate` treats them
+    #: alike; which policies it is given is the caller's choice
+    mode: str = "enforce"
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,10 +338,11 @@ def take_limits(limits: tuple[Charge, ...], now: datetime, consume: Consume) -> 
     if not limits:
         return None
     refused = consume(limits, now)
-    return None if refused is None else _limited(refused, now)
+    return None if refused is None else limited(refused, now)
 
 
-def _limited(refused: Refusal, now: datetime) -> Decision:
+def limited(refused: Refusal, now: datetime) -> Decision:
+    """The deny of the limit that could not take its charge."""
     limit = refused.charge.limit
     retry = refused.retry_after_seconds(now)
     per = " per session" if limit.per == "session" else ""

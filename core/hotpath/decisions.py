@@ -11,12 +11,13 @@ and never an allow.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, bindparam, select
 
@@ -36,6 +37,7 @@ from core.domain.engine import (
     settle,
 )
 from core.domain.limits import Charge, Refusal
+from core.domain.modes import FAILED, PolicySet, Trial, WouldBe, peek
 from core.domain.redaction import redact, scrub
 from core.hotpath.approvals import BatchApprovals
 from core.hotpath.reads import AgentRow, Reads
@@ -47,6 +49,9 @@ from core.store.keys import Principal
 from core.store.limits import CounterStore
 from core.store.models import Policy
 
+log = logging.getLogger("agentauth.decisions")
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -57,6 +62,8 @@ class Outcome:
     audit_id: str
     latency_ms: float
     session_id: str | None = None
+    #: the would-be decision (decisions §10), None when the agent has no warn or shadow policy
+    would_be: WouldBe | None = None
 
     def as_response(self) -> dict[str, Any]:
         d = self.decision
@@ -76,6 +83,10 @@ class Outcome:
             body["sessionId"] = self.session_id
         if d.approval_expires_at is not None:
             body["approvalExpiresAt"] = isoformat(d.approval_expires_at)
+        warning = None if self.would_be is None else self.would_be.warning(d)
+        if warning is not None:  # its reason as audited (scrubbed of keys like every text)
+            warning["reason"] = scrub(warning["reason"])
+        body["warnings"] = [] if warning is None else [warning]
         return body
 
 
@@ -89,11 +100,11 @@ class PolicyCache:
     """
 
     def __init__(self, max_agents: int = 10_000) -> None:
-        self._entries: dict[str, tuple[tuple[datetime, int], list[CompiledPolicy]]] = {}
+        self._entries: dict[str, tuple[tuple[datetime, int], PolicySet]] = {}
         self._max = max_agents
         self._lock = threading.Lock()
 
-    def policies(self, db: Database, workspace_id: str, agent: AgentRow) -> list[CompiledPolicy]:
+    def policies(self, db: Database, workspace_id: str, agent: AgentRow) -> PolicySet:
         """The agent's policies as of ``agent.policy_version`` or later: on a miss they are
         read after the agent row was, so what is stored under a version is never older than
         it (a newer set stored under an older version is replaced at the next call)."""
@@ -102,7 +113,7 @@ class PolicyCache:
         if found is not None and found[0] == version:
             return found[1]
         with db.connect() as connection:
-            compiled = load_policies(connection, workspace_id, agent.id)
+            compiled = PolicySet.of(load_policies(connection, workspace_id, agent.id))
         with self._lock:
             if len(self._entries) >= self._max:
                 self._entries.clear()  # crude but bounded; recompiling is cheap
@@ -117,6 +128,7 @@ _ENABLED_POLICIES = select(
     _POLICIES.c.priority,
     _POLICIES.c.created_at,
     _POLICIES.c.rules,
+    _POLICIES.c.mode,
 ).where(
     _POLICIES.c.workspace_id == bindparam("workspace_id"),
     _POLICIES.c.agent_id == bindparam("agent_id"),
@@ -137,6 +149,7 @@ def load_policies(connection: Connection, workspace_id: str, agent_id: str) -> l
             enabled=True,
             created_at=row.created_at,
             rules=row.rules,
+            mode=row.mode,
         )
         for row in rows
     )
@@ -194,24 +207,29 @@ def authorize(
     The agent and its policies are read here, without the write lock (a policy change
     committed before this batch started is seen: the agent's version says so). The writes
     (counters, audit entry) then happen in the batch, which answers only once they are
-    durable.
+    durable. When the agent has a warn or shadow policy, the would-be decision is made beside
+    the real one (decisions §10): evaluated here, settled in the batch when it needs counters;
+    whatever fails in it makes it ``error`` and leaves the real decision as it is.
     """
     agent_id = body["agent_id"].lower()
     tool_name: str = body["tool_name"]
     parameters: dict[str, Any] = body.get("parameters") or {}
     session_id: str | None = body.get("session_id")
     agent = reads.agent(agent_id, caller.workspace_id)
+    trial: Trial | WouldBe | None = None
     if agent is None:
         decided: Evaluated = deny_unknown_agent(agent_id)
     elif agent.status != AgentStatus.ACTIVE:
         decided = deny_agent_status(agent.status)
+        trial = _status_trial(db, cache, caller.workspace_id, agent, decided)
     else:  # decided here, off the write lock; a grant pending on rate limits is settled inside
-        decided = evaluate(
-            cache.policies(db, caller.workspace_id, agent), tool_name, parameters, now, session_id
-        )
+        policies = cache.policies(db, caller.workspace_id, agent)
+        decided = evaluate(policies.enforced, tool_name, parameters, now, session_id)
+        if policies.every is not None:
+            trial = _trial(policies, tool_name, parameters, now, session_id)
 
     def entry(
-        decision: Decision, redacted: dict[str, Any] | None = None
+        decision: Decision, would_be: WouldBe | None, redacted: dict[str, Any] | None = None
     ) -> tuple[Outcome, dict[str, Any]]:
         latency_ms = round((time.perf_counter() - received) * 1000, 3)
         row = audit.entry(
@@ -230,11 +248,14 @@ def authorize(
             approval_id=decision.approval_id,
             session_id=session_id,
             redacted=redacted,
+            would_be=would_be,
         )
-        return Outcome(decision, row["id"], latency_ms, row["session_id"]), row
+        outcome = Outcome(decision, row["id"], latency_ms, row["session_id"], would_be)
+        return outcome, row
 
-    if isinstance(decided, Decision):  # the audit row too is made before the hand-off
-        outcome, row = entry(decided)
+    if isinstance(decided, Decision) and not isinstance(trial, Trial):
+        # the audit row too is made before the hand-off
+        outcome, row = entry(decided, trial)
         values = statements.audit_row(row)
 
         def record(batch: Batch) -> Outcome:
@@ -243,32 +264,113 @@ def authorize(
             batch.insert_audit(values)
             return outcome
 
-    else:
-        pending = decided
-        digest = call_digest(tool_name, parameters) if isinstance(pending, NeedsApproval) else None
-        # made here, off the write lock, like everything a batch job need not do inside it:
-        # the parameters as audited, and their part of the entry's canonical JSON
-        redacted = redact(parameters)
-        parameters_json = canonical_json(redacted)
+        return record
 
-        def record(batch: Batch) -> Outcome:
-            if on_transaction is not None:
-                on_transaction(batch)
-            approvals = None
-            if digest is not None:
-                approvals = BatchApprovals(
-                    batch,
-                    statements.approvals,
-                    workspace_id=caller.workspace_id,
-                    agent_id=agent_id,
-                    tool_name=tool_name,
-                    digest=digest,
-                    redacted=redacted,
-                    key_id=caller.key_id,
-                )
-            decision = settle(pending, BatchCounters(batch), approvals)
-            outcome, row = entry(decision, redacted)
-            batch.append_audit(row, parameters_json)
-            return outcome
+    pending = decided
+    trial_pending = trial if isinstance(trial, Trial) else None
+    trial_ready = None if isinstance(trial, Trial) else trial
+    digest = call_digest(tool_name, parameters) if isinstance(pending, NeedsApproval) else None
+    # made here, off the write lock, like everything a batch job need not do inside it:
+    # the parameters as audited, and their part of the entry's canonical JSON
+    redacted = redact(parameters)
+    parameters_json = canonical_json(redacted)
 
-    return record
+    def record_pending(batch: Batch) -> Outcome:
+        if on_transaction is not None:
+            on_transaction(batch)
+        approvals = None
+        if digest is not None:
+            approvals = BatchApprovals(
+                batch,
+                statements.approvals,
+                workspace_id=caller.workspace_id,
+                agent_id=agent_id,
+                tool_name=tool_name,
+                digest=digest,
+                redacted=redacted,
+                key_id=caller.key_id,
+            )
+        settling = None if trial_pending is None else _Settling(batch, trial_pending, now)
+        decision = settle(pending, BatchCounters(batch), approvals)
+        would_be = trial_ready if settling is None else settling.finish(decision)
+        outcome, row = entry(decision, would_be, redacted)
+        batch.append_audit(row, parameters_json)
+        return outcome
+
+    return record_pending
+
+
+def _trial(
+    policies: PolicySet,
+    tool_name: str,
+    parameters: dict[str, Any],
+    now: datetime,
+    session_id: str | None,
+) -> Trial | WouldBe:
+    """The would-be decision, evaluated over every enabled policy: decided already when it
+    needs no counter and no approval, else the trial to settle in the batch (:data:`FAILED`
+    when that fails: the real decision is made all the same)."""
+    try:
+        assert policies.every is not None
+        evaluated = evaluate(policies.every, tool_name, parameters, now, session_id)
+        trial = Trial(evaluated, policies.warn_ids, policies.trial_ids)
+        return trial.decided or trial
+    except Exception:
+        log.exception("the would-be decision failed (the real decision stands)")
+        return FAILED
+
+
+def _status_trial(
+    db: Database, cache: PolicyCache, workspace_id: str, agent: AgentRow, denied: Decision
+) -> WouldBe | None:
+    """The would-be decision of a suspended or revoked agent's call: its status denies it
+    whatever the policies, so the would-be decision is that deny when the agent has a warn or
+    shadow policy (None when it has none)."""
+    try:
+        policies = cache.policies(db, workspace_id, agent)
+    except Exception:
+        log.exception("the would-be decision failed (the real decision stands)")
+        return FAILED
+    return None if policies.every is None else WouldBe.of(denied)
+
+
+class _Settling:
+    """A would-be decision pending on counters, settled in the batch beside the real one: the
+    enforced policies' counters it needs are read first, as they stand before the real
+    decision takes its own (when made, before the real decision is settled); then its own
+    policies' charges are taken (:meth:`finish`). Each step in a savepoint: whatever fails in
+    it is undone, and the would-be decision is ``error``."""
+
+    def __init__(self, batch: Batch, trial: Trial, now: datetime) -> None:
+        self._batch = batch
+        self._trial = trial
+        self._failed = False
+        self._refused: Refusal | None = None
+        charges = trial.enforced_charges
+        if charges:
+            self._refused = self._guarded(lambda: peek(charges, now, self._stored))
+
+    def finish(self, real: Decision) -> WouldBe:
+        """The would-be decision, given the real one (settled since)."""
+        if self._failed:
+            return FAILED
+        counters = BatchCounters(self._batch)
+        found = self._guarded(lambda: self._trial.settle(real, self._refused, counters))
+        return FAILED if found is None else found
+
+    def _stored(self, key: str) -> tuple[int, int] | None:
+        found = self._batch.stored(key)
+        return None if found is None else (found.window_start, found.held)
+
+    def _guarded(self, step: Callable[[], T]) -> T | None:
+        """``step``'s value, in a savepoint; None (and the savepoint undone) when it fails."""
+        mark = self._batch.savepoint()
+        try:
+            value = step()
+        except Exception:
+            log.exception("the would-be decision failed (the real decision stands)")
+            self._batch.rollback_to(mark)
+            self._failed = True
+            return None
+        self._batch.release(mark)
+        return value

@@ -69,7 +69,8 @@ LOCK_WAIT_SECONDS = 30.0
 _AUDIT_COLUMNS = (
     "id", "workspace_id", "agent_id", "agent_ref", "key_id", "action", "tool_name",
     "parameters", "result", "policy_id", "rule_index", "reason", "latency_ms", "timestamp",
-    "approval_id", "session_id",
+    "approval_id", "session_id", "hash_version", "would_result", "would_policy_id",
+    "would_rule_index", "would_reason",
 )  # fmt: skip
 #: the chain's columns, last: a batch fills them in (core.hotpath.chain)
 _CHAIN_COLUMNS = ("seq", "entry_hash", "hash")

@@ -1,4 +1,5 @@
-"""An agent's rate limits and budgets and what their current windows hold (decisions §8):
+"""An agent's rate limits and budgets and what their current windows hold (decisions §8), its
+policies on trial's too, each with its policy's mode (their counters are their own: §10):
 ``GET /v1/agents/:id/usage`` and the dashboard's bars. Read from the same compiled policies
 (:func:`core.hotpath.decisions.load_policies`) and counters the decisions use, so what it says
 is left is what the next call can take.
@@ -28,12 +29,12 @@ def usage(
     for policy in load_policies(session.connection(), workspace_id, agent_id):
         for rule in policy.rules:
             if rule.limit is not None:
-                found.append(_item(session, rule.limit, now, session_id))
+                found.append(_item(session, rule.limit, now, session_id, policy.mode))
     return found
 
 
 def _item(
-    session: Session, limit: LimitRef, now: datetime, session_id: str | None
+    session: Session, limit: LimitRef, now: datetime, session_id: str | None, mode: str
 ) -> dict[str, Any]:
     start = limit.window_start(now)
     used: int | None
@@ -47,6 +48,7 @@ def _item(
         used = limits.used(session, limit.counter_key, start)
     return {
         "policyId": limit.policy_id,
+        "mode": mode,
         "ruleIndex": limit.rule_index,
         "type": limit.kind,
         "per": limit.per,

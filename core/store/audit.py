@@ -22,9 +22,10 @@ from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
 from core.domain import ids
-from core.domain.auditchain import Leaf
+from core.domain.auditchain import HASH_VERSION, Leaf
 from core.domain.auditcounts import Signature, signature_of
 from core.domain.clock import isoformat
+from core.domain.modes import WouldBe
 from core.domain.redaction import redact, scrub
 from core.store import auditcounts
 from core.store.models import AuditEntry, AuditHead
@@ -32,7 +33,10 @@ from core.store.paging import Page, paginate
 
 RESULTS = ("allowed", "denied", "escalated")
 EXPORT_LIMIT = 5000
-EXPORT_COLUMNS = ("Timestamp", "Agent ID", "Tool", "Result", "Reason", "Latency (ms)", "Parameters")
+EXPORT_COLUMNS = (
+    "Timestamp", "Agent ID", "Tool", "Result", "Reason", "Latency (ms)", "Parameters",
+    "Would-be result", "Would-be policy ID", "Would-be reason",
+)  # fmt: skip
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -122,10 +126,12 @@ def entry(
     session_id: str | None = None,
     action: str = "authorize",
     redacted: dict[str, Any] | None = None,
+    would_be: WouldBe | None = None,
 ) -> dict[str, Any]:
     """One entry's row, with a new id: parameters redacted (``redacted``: ``redact(parameters)``
-    when made already), API keys scrubbed from every text. Decisions write it through a
-    group-commit batch (``core.hotpath.recorder``)."""
+    when made already), API keys scrubbed from every text; ``would_be``: the would-be decision
+    (decisions §10), None when the agent had no warn or shadow policy. Decisions write it
+    through a group-commit batch (``core.hotpath.recorder``)."""
     return {
         "id": ids.new_sortable_id(),
         "workspace_id": workspace_id,
@@ -143,6 +149,11 @@ def entry(
         "timestamp": timestamp,
         "approval_id": approval_id,
         "session_id": None if session_id is None else scrub(session_id),
+        "hash_version": HASH_VERSION,
+        "would_result": None if would_be is None else would_be.result,
+        "would_policy_id": None if would_be is None else would_be.policy_id,
+        "would_rule_index": None if would_be is None else would_be.rule_index,
+        "would_reason": None if would_be is None else scrub(would_be.reason),
     }
 
 
@@ -161,6 +172,8 @@ def signature(row: dict[str, Any]) -> Signature:
         result=row["result"],
         action=row["action"],
         timestamp=row["timestamp"],
+        would_policy_id=row["would_policy_id"],
+        would_result=row["would_result"],
     )
 
 
@@ -179,6 +192,10 @@ ERASED: dict[str, Any] = {
     "latency_ms": 0.0,
     "approval_id": None,
     "session_id": None,
+    "would_result": None,
+    "would_policy_id": None,
+    "would_rule_index": None,
+    "would_reason": None,
     "erased": True,
 }
 
@@ -204,6 +221,8 @@ def erase(session: Session, workspace_id: str, agent_id: str, limit: int | None 
         AuditEntry.result,
         AuditEntry.action,
         AuditEntry.timestamp,
+        AuditEntry.would_policy_id,
+        AuditEntry.would_result,
     ).where(
         AuditEntry.workspace_id == workspace_id,
         AuditEntry.agent_id == agent_id,
@@ -281,6 +300,9 @@ def _export_values(entry: AuditEntry) -> tuple[str, ...]:
         entry.reason,
         f"{entry.latency_ms:.3f}",
         json.dumps(entry.parameters, separators=(",", ":"), sort_keys=True),
+        entry.would_result or "",
+        entry.would_policy_id or "",
+        entry.would_reason or "",
     )
 
 
@@ -313,6 +335,21 @@ def render_row(column: Any) -> dict[str, Any]:
         "timestamp": isoformat(column("timestamp")),
         "approvalId": column("approval_id"),
         "sessionId": column("session_id"),
+        "hashVersion": column("hash_version"),
+        "wouldBe": render_would_be(column),
+    }
+
+
+def render_would_be(column: Any) -> dict[str, Any] | None:
+    """An entry's ``wouldBe`` from ``column(name)``: null when it has no would-be decision."""
+    result = column("would_result")
+    if result is None:
+        return None
+    return {
+        "result": result,
+        "policyId": column("would_policy_id"),
+        "ruleIndex": column("would_rule_index"),
+        "reason": column("would_reason"),
     }
 
 

@@ -50,9 +50,15 @@ def tally_text(tally: Mapping[Signature, int]) -> str:
 
 
 def signatures(text: str) -> Iterable[tuple[Signature, int]]:
-    """The ``counts`` column's signatures and how many entries of each."""
-    for agent_id, tool_name, session_id, result, action, minute, n in orjson.loads(text):
-        yield (agent_id, tool_name, session_id, result, action, minute), n
+    """The ``counts`` column's signatures and how many entries of each (a tally written
+    before decisions §10 has no would-be members)."""
+    for found in orjson.loads(text):
+        if len(found) == 7:
+            agent_id, tool_name, session_id, result, action, minute, n = found
+            yield (agent_id, tool_name, session_id, result, action, minute, "", None), n
+        else:
+            *signature, n = found
+            yield tuple(signature), n
 
 
 @cache

@@ -65,6 +65,11 @@ _COLUMNS = (
     AuditEntry.entry_hash,
     AuditEntry.hash,
     AuditEntry.erased,
+    AuditEntry.hash_version,
+    AuditEntry.would_result,
+    AuditEntry.would_policy_id,
+    AuditEntry.would_rule_index,
+    AuditEntry.would_reason,
 )
 #: PostgreSQL's driver would read JSONB with the standard library's JSON reader and the
 #: timestamp into a datetime, to be formatted again: twice the cost of the rest of reading a
@@ -116,6 +121,7 @@ def entries(
     for (
         id_, agent_id, action, tool_name, parameters, result, policy_id, rule_index, reason,
         latency_ms, timestamp, approval_id, session_id, seq, entry_hash, hash_, erased,
+        hash_version, would_result, would_policy_id, would_rule_index, would_reason,
     ) in session.connection().execute(query):  # fmt: skip
         if erased:
             yield {"seq": seq, "entryHash": entry_hash, "hash": hash_, "erased": True}
@@ -135,6 +141,15 @@ def entries(
             "timestamp": _instant(timestamp),
             "approvalId": approval_id,
             "sessionId": session_id,
+            "hashVersion": hash_version,
+            "wouldBe": None
+            if would_result is None
+            else {
+                "result": would_result,
+                "policyId": would_policy_id,
+                "ruleIndex": would_rule_index,
+                "reason": would_reason,
+            },
             "seq": seq,
             "hash": hash_,
         }

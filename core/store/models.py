@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     false,
@@ -104,10 +105,17 @@ class Policy(Base):
     rules: Mapped[Any] = mapped_column(JSONType)
     priority: Mapped[int] = mapped_column(Integer)
     enabled: Mapped[bool]
+    #: "enforce", "warn" or "shadow" (decisions §10; migration 0010)
+    mode: Mapped[str] = mapped_column(String(8), server_default="enforce")
     managed_by: Mapped[str | None] = mapped_column(String(16))
     managed_spec: Mapped[Any] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+#: the entries whose would-be decision a policy made and that differs from the real one (the
+#: shadow report's samples, through their own partial index)
+WOULD_CHANGED = "would_policy_id IS NOT NULL AND would_result <> result"
 
 
 class AuditEntry(Base):
@@ -134,6 +142,15 @@ class AuditEntry(Base):
             postgresql_where=text("session_id IS NOT NULL"),
         ),
         Index("ix_audit_workspace_tool_time", "workspace_id", "tool_name", "timestamp", "id"),
+        # only the entries whose would-be decision a policy made and changed (migration 0010)
+        Index(
+            "ix_audit_would_changed",
+            "workspace_id",
+            "would_policy_id",
+            "seq",
+            sqlite_where=text(WOULD_CHANGED),
+            postgresql_where=text(WOULD_CHANGED),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -154,6 +171,16 @@ class AuditEntry(Base):
     timestamp: Mapped[datetime]
     approval_id: Mapped[str | None] = mapped_column(String(36))
     session_id: Mapped[str | None] = mapped_column(String(255))
+    #: the field set ``entry_hash`` covers: 1 (entries before decisions §10) or 2 (``wouldBe``
+    #: too)
+    hash_version: Mapped[int] = mapped_column(SmallInteger, server_default=text("1"))
+    #: the would-be decision (decisions §10), all null when the agent had no warn or shadow
+    #: policy: its result (allowed, denied, escalated or error), the policy and rule that
+    #: made it (null for the default deny and for an error) and its reason
+    would_result: Mapped[str | None] = mapped_column(String(16))
+    would_policy_id: Mapped[str | None] = mapped_column(String(36))
+    would_rule_index: Mapped[int | None] = mapped_column(Integer)
+    would_reason: Mapped[str | None] = mapped_column(Text)
     #: its place in the workspace's chain (decisions §7): 1, 2, 3, ... in commit order
     seq: Mapped[int] = mapped_column(BigInteger)
     #: SHA-256 of the entry's v1 fields in RFC 8785 canonical JSON, lowercase hex

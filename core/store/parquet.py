@@ -3,9 +3,11 @@
 for ``GET /v1/audit-logs/export?format=parquet`` and the Parquet archive of a prune
 (``api/audit_logs.py``, ``api/retention.py``).
 
-Types: ``seq`` and ``ruleIndex`` int64, ``latencyMs`` double, ``timestamp`` a UTC timestamp of
-microseconds, ``parameters`` the JSON text of the entry's parameters (Parquet's JSON type),
-``erased`` boolean, the rest strings. An erased entry has ``seq``, ``entryHash``, ``hash`` and
+Types: ``seq``, ``ruleIndex`` and ``hashVersion`` int64, ``latencyMs`` double, ``timestamp``
+a UTC timestamp of microseconds, ``parameters`` the JSON text of the entry's parameters
+(Parquet's JSON type), ``erased`` boolean, ``wouldBe`` a struct of ``result``, ``policyId``,
+``ruleIndex`` and ``reason`` (null when the entry has no would-be decision: decisions §10), the
+rest strings. An erased entry has ``seq``, ``entryHash``, ``hash`` and
 ``erased`` true, every other column null; ``entryHash`` is null for the others, as in the
 JSONL export. Rows are written a row group of :data:`ROW_GROUP` at a time, so that writing holds
 no more than one row group in memory, whatever the number of entries.
@@ -47,6 +49,18 @@ SCHEMA = pa.schema(
         ("hash", pa.string()),
         ("entryHash", pa.string()),
         ("erased", pa.bool_()),
+        ("hashVersion", pa.int64()),
+        (
+            "wouldBe",
+            pa.struct(
+                [
+                    ("result", pa.string()),
+                    ("policyId", pa.string()),
+                    ("ruleIndex", pa.int64()),
+                    ("reason", pa.string()),
+                ]
+            ),
+        ),
     ]
 )
 _NAMES = tuple(SCHEMA.names)

@@ -1,7 +1,8 @@
 """Policies: create, read, update, delete within one workspace. Called by ``api/policies.py``
 and the controller. Every change bumps the owning agent's ``policy_version`` in the same
 transaction, which is how compiled-policy caches in every process learn of it; replacing a
-policy's rules with different ones resets its rate-limit counters. An update that changes
+policy's rules with different ones resets its rate-limit counters, and so does changing its
+mode (a policy starts with empty counters in its new mode: decisions §10). An update that changes
 nothing (every field it gives already has that value, as JSON) is no change."""
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def create_policy(
         rules=body["rules"],
         priority=int(body.get("priority", 0)),
         enabled=body.get("enabled", True),
+        mode=body.get("mode", "enforce"),
         managed_by=body.get("managed_by"),
         created_at=now,
         updated_at=now,
@@ -63,16 +65,17 @@ def get_policy(session: Session, workspace_id: str, policy_id: str) -> Policy:
 
 #: what an update may change (the API never moves a policy; the controller does, by
 #: :func:`move_policy`)
-_UPDATABLE = ("name", "rules", "priority", "enabled", "managed_by")
+_UPDATABLE = ("name", "rules", "priority", "enabled", "mode", "managed_by")
 
 
 def update_policy(
     session: Session, workspace_id: str, policy_id: str, body: dict[str, Any], now: datetime
 ) -> Policy:
-    """Change only the supplied fields; ``rules`` replaces the whole list (and resets its
-    rate-limit counters). A field given the value it has is no change, compared as JSON (rules
-    written with ``1.0`` or in another key order are the same rules): an update that changes
-    nothing writes nothing, ``updated_at`` and the counters included."""
+    """Change only the supplied fields; ``rules`` replaces the whole list (and, like a new
+    ``mode``, resets its rate-limit counters). A field given the value it has is no change,
+    compared as JSON (rules written with ``1.0`` or in another key order are the same rules):
+    an update that changes nothing writes nothing, ``updated_at`` and the counters
+    included."""
     policy = get_policy(session, workspace_id, policy_id)
     changed = {
         field: body[field]
@@ -82,7 +85,7 @@ def update_policy(
     if not changed:
         return policy
     agent = get_agent(session, workspace_id, policy.agent_id, lock=True)
-    if "rules" in changed:
+    if "rules" in changed or "mode" in changed:
         limits.reset(session, policy_counter_prefix(policy.id))
     if "priority" in changed:
         changed["priority"] = int(changed["priority"])
@@ -130,6 +133,7 @@ def serialize_policy(policy: Policy) -> dict[str, Any]:
         "rules": policy.rules,
         "priority": policy.priority,
         "enabled": policy.enabled,
+        "mode": policy.mode,
         "managedBy": policy.managed_by,
         "createdAt": isoformat(policy.created_at),
         "updatedAt": isoformat(policy.updated_at),

@@ -391,6 +391,7 @@ def _remove_rest(db: Database, workspace_id: str) -> int:
             select(
                 AuditEntry.seq, AuditEntry.erased, AuditEntry.agent_id, AuditEntry.tool_name,
                 AuditEntry.session_id, AuditEntry.result, AuditEntry.action, AuditEntry.timestamp,
+                AuditEntry.would_policy_id, AuditEntry.would_result,
             )
             .where(AuditEntry.workspace_id == workspace_id, AuditEntry.seq <= seq)
             .order_by(AuditEntry.seq)

@@ -27,6 +27,19 @@ export const APPROVAL_ID = /^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/;
 const STATUS = /^[a-z_]{1,32}$/;
 
 export type Outcome = 'allowed' | 'denied' | 'escalated';
+/** The most warnings taken from one answer (the service sends at most one). */
+export const MAX_WARNINGS = 8;
+
+/**
+ * A `warn` policy's would-be decision that differs from the real one (the service's decisions
+ * §10): the policy, what it would have decided and why. A guard surfaces it (`onWarning`) and
+ * follows the real decision.
+ */
+export interface PolicyWarning {
+  readonly policyId: string;
+  readonly result: Outcome;
+  readonly reason: string;
+}
 
 /**
  * What the service decided for one call, or what a guard decided in its place when the service
@@ -51,6 +64,8 @@ export interface Decision {
   readonly approvalExpiresAt: Date | null;
   /** the session the call named, as the service recorded it (null when it named none) */
   readonly sessionId: string | null;
+  /** what warn policies would have decided otherwise; never the decision */
+  readonly warnings: readonly PolicyWarning[];
   /** the error a guard decided on instead of the service (null: the service decided) */
   readonly error: AuthzError | null;
 }
@@ -93,6 +108,7 @@ export function makeDecision(
     approvalId: fields.approvalId ?? null,
     approvalExpiresAt: fields.approvalExpiresAt ?? null,
     sessionId: fields.sessionId ?? null,
+    warnings: Object.freeze([...(fields.warnings ?? [])]),
     error: fields.error ?? null,
   });
 }
@@ -211,6 +227,7 @@ function decision(content: Uint8Array): Decision {
       approvalId: looseApprovalId(body),
       approvalExpiresAt: looseInstant(body, 'approvalExpiresAt'),
       sessionId: loose(body, 'sessionId', 'string'),
+      warnings: warningsOf(body),
     });
   }
   const outcome = body['outcome'];
@@ -230,7 +247,37 @@ function decision(content: Uint8Array): Decision {
     approvalId: approvalIdOf(body),
     approvalExpiresAt: instant(body, 'approvalExpiresAt'),
     sessionId: optional(body, 'sessionId', 'string'),
+    warnings: warningsOf(body),
   });
+}
+
+/**
+ * The answer's well-formed warnings; a malformed one (or list) is left out, and never changes the
+ * decision: a warning is advice about a policy not enforced yet.
+ */
+function warningsOf(body: JsonObject): PolicyWarning[] {
+  const found = body['warnings'];
+  if (!Array.isArray(found)) {
+    return [];
+  }
+  const warnings: PolicyWarning[] = [];
+  for (const item of found.slice(0, MAX_WARNINGS)) {
+    if (!isObject(item)) {
+      continue;
+    }
+    const policyId = item['policyId'];
+    const result = item['result'];
+    const reason = reasonOf(item['reason']);
+    if (
+      typeof policyId === 'string' &&
+      APPROVAL_ID.test(policyId) && // an id's shape: it goes into log lines
+      (result === 'allowed' || result === 'denied' || result === 'escalated') &&
+      reason !== null
+    ) {
+      warnings.push(Object.freeze({ policyId, result, reason }));
+    }
+  }
+  return warnings;
 }
 
 type JsonObject = Record<string, unknown>;

@@ -25,7 +25,7 @@
  * (`conformance/guard-cases.yaml` is played by the tests of both).
  */
 
-import { type Approval, type Decision, cut, formatInstant, makeDecision } from './answers.js';
+import { type Approval, type Decision, type PolicyWarning, cut, formatInstant, makeDecision } from './answers.js';
 import { type Authorizer, checkSessionId } from './client.js';
 import { type DeniedResult, deniedResult } from './denial.js';
 import { AuthzError, BadRequestError, RateLimitError, ServiceUnavailableError } from './errors.js';
@@ -52,6 +52,23 @@ export interface GuardOptions {
   waitForApprovalMs?: number;
   /** the conversation or run every call belongs to, unless a call names its own */
   sessionId?: string;
+  /**
+   * called with each warning of a `warn` policy (a policy being tried that would have decided the
+   * call otherwise; the call still follows the real decision). Default: `console.warn`, naming
+   * the policy and the reason. An exception it throws is ignored.
+   */
+  onWarning?: OnWarning;
+}
+
+/** What a guard does with a warn policy's warning: see {@link GuardOptions.onWarning}. */
+export type OnWarning = (warning: PolicyWarning, call: { toolName: string; decision: Decision }) => void;
+
+/** The default {@link OnWarning}: one line on `console.warn`. */
+function warnOnConsole(warning: PolicyWarning, call: { toolName: string; decision: Decision }): void {
+  console.warn(
+    `agentauth: warn policy ${warning.policyId} would have ${warning.result} the call to ${call.toolName} ` +
+      `(the call was ${call.decision.outcome}): ${warning.reason}`,
+  );
 }
 
 export interface CheckOptions {
@@ -73,6 +90,7 @@ export class Guard {
   readonly onError: OnError;
   readonly waitForApprovalMs: number | undefined;
   readonly sessionId: string | undefined;
+  readonly onWarning: OnWarning;
 
   constructor(options: GuardOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -104,6 +122,10 @@ export class Guard {
     this.onError = onError;
     this.waitForApprovalMs = waitForApprovalMs;
     this.sessionId = checkSessionId(options.sessionId);
+    if (options.onWarning !== undefined && typeof options.onWarning !== 'function') {
+      throw new TypeError('onWarning must be a function');
+    }
+    this.onWarning = options.onWarning ?? warnOnConsole;
   }
 
   // ------------------------------------------------------------------ checking one call
@@ -150,7 +172,15 @@ export class Guard {
   async #ask(toolName: string, parameters: unknown, sessionId: string | undefined): Promise<Decision> {
     try {
       const request = { agentId: this.agentId, toolName, parameters: parameters as Record<string, unknown> };
-      return await this.client.authorize(sessionId === undefined ? request : { ...request, sessionId });
+      const decision = await this.client.authorize(sessionId === undefined ? request : { ...request, sessionId });
+      for (const warning of decision.warnings ?? []) {
+        try {
+          this.onWarning(warning, { toolName, decision });
+        } catch {
+          // a warning is advice: its handler failing changes nothing of the decision
+        }
+      }
+      return decision;
     } catch (error) {
       return this.#withoutAnswer(error); // a guard answers; it never lets a call through
     }

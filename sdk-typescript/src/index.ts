@@ -11,9 +11,11 @@ export {
   APPROVAL_ID,
   MAX_ANSWER_BYTES,
   MAX_REASON_CHARS,
+  MAX_WARNINGS,
   type Approval,
   type Decision,
   type Outcome,
+  type PolicyWarning,
 } from './answers.js';
 export {
   AuthzClient,
@@ -39,6 +41,7 @@ export {
   type CheckOptions,
   type GuardOptions,
   type OnError,
+  type OnWarning,
   type ToolOptions,
 } from './guard.js';
 export { protect, SESSION_HEADER } from './mcp.js';

@@ -11,8 +11,8 @@ import { describe, test } from 'node:test';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
 
-import { AuthzClient, Guard, type OnError } from '../src/index.js';
-import { caseService, judge, loadCases, timeoutFor } from './helpers/cases.js';
+import { AuthzClient, Guard, type OnError, type PolicyWarning } from '../src/index.js';
+import { caseService, judge, judgeWarnings, loadCases, timeoutFor } from './helpers/cases.js';
 import { callTool, connect } from './helpers/mcp.js';
 
 const KEY = `svc_${'7'.repeat(32)}`;
@@ -27,7 +27,8 @@ describe('the shared case table through guard.tool', () => {
         const service = await caseService(c);
         try {
           const client = new AuthzClient({ baseUrl: service.baseUrl, apiKey: KEY, timeoutMs: timeoutFor(c) });
-          const guard = new Guard({ client, agentId: AGENT, onError });
+          const warned: PolicyWarning[] = [];
+          const guard = new Guard({ client, agentId: AGENT, onError, onWarning: (w) => warned.push(w) });
           const ran: unknown[] = [];
           const refund = guard.tool('payments.refund', (params: { amount: number; currency: string }) => {
             ran.push(params);
@@ -41,6 +42,7 @@ describe('the shared case table through guard.tool', () => {
             assert.equal(result, 'refunded 5000 EUR');
           }
           judge(c, onError, ran.length === 1, denial, KEY);
+          judgeWarnings(c, warned);
           if (!c.service.closed) {
             assert.equal(service.received.length, 1, 'one request per call');
           }
@@ -69,7 +71,8 @@ describe('the shared case table through guard.protect(McpServer)', () => {
           },
         );
         const client = new AuthzClient({ baseUrl: service.baseUrl, apiKey: KEY, timeoutMs: timeoutFor(c) });
-        new Guard({ client, agentId: AGENT, onError }).protect(mcp);
+        const warned: PolicyWarning[] = [];
+        new Guard({ client, agentId: AGENT, onError, onWarning: (w) => warned.push(w) }).protect(mcp);
         mcp.tool('calendar.create', { title: z.string() }, async ({ title }) => {
           ran.push('calendar.create');
           return { content: [{ type: 'text', text: `created ${title}` }] };
@@ -91,6 +94,8 @@ describe('the shared case table through guard.protect(McpServer)', () => {
             }
             judge(c, onError, didRun, didRun ? undefined : outcome.text, KEY);
           }
+          // two calls, each answered the same: the case's warnings twice, in order
+          judgeWarnings({ ...c, warned: [...(c.warned ?? []), ...(c.warned ?? [])] }, warned);
           if (!c.service.closed) {
             const names = service.received.map((r) => (JSON.parse(r.body) as { tool_name: string }).tool_name);
             assert.deepEqual(names, ['payments.refund', 'calendar.create'], 'each call checked once, by its name');

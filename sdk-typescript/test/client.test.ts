@@ -198,9 +198,23 @@ describe('decisions', () => {
       approvalId: null,
       approvalExpiresAt: null,
       sessionId: 'chat-1',
+      warnings: [],
       error: null,
     } satisfies Decision);
     assert.ok(Object.isFrozen(decision));
+  });
+
+  test("a warn policy's warnings are read, and a malformed one left out", async () => {
+    const warnings = [
+      { policyId: 'pol-2', result: 'denied', reason: "tool 'calendar.create' is denied" },
+      { policyId: 'pol-3', result: 'maybe', reason: 'x' },
+      'deny',
+    ];
+    const s = await service({ status: 200, body: JSON.stringify({ ...ALLOWED, warnings }) });
+    const decision = await clientOf(s.baseUrl).authorize({ agentId: AGENT, toolName: 'calendar.create' });
+    assert.equal(decision.allowed, true);
+    assert.deepEqual(decision.warnings, [warnings[0]]);
+    assert.ok(Object.isFrozen(decision.warnings));
   });
 
   test('an escalation names its approval and when it expires', async () => {

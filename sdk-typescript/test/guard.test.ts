@@ -129,6 +129,48 @@ describe('check', () => {
   });
 });
 
+describe("a warn policy's warnings", () => {
+  const WARNED = JSON.stringify({
+    allowed: true,
+    outcome: 'allowed',
+    reason: 'allowed by policy',
+    auditId: 'a9',
+    warnings: [{ policyId: 'p-warn', result: 'denied', reason: "tool 'payments.refund' is denied" }],
+  });
+
+  test('go to console.warn by default, naming the policy and the reason; the call is allowed', async () => {
+    const service = await scripted([WARNED]);
+    const said: unknown[][] = [];
+    const original = console.warn;
+    console.warn = (...args: unknown[]) => {
+      said.push(args);
+    };
+    try {
+      const decision = await guardOf(service).check('payments.refund', { amount: 5 });
+      assert.equal(decision.allowed, true, 'the real decision is followed');
+      assert.deepEqual(decision.warnings, [
+        { policyId: 'p-warn', result: 'denied', reason: "tool 'payments.refund' is denied" },
+      ]);
+    } finally {
+      console.warn = original;
+    }
+    assert.equal(said.length, 1);
+    const line = String(said[0]?.[0]);
+    assert.ok(line.includes('p-warn') && line.includes("tool 'payments.refund' is denied"), line);
+    assert.ok(line.includes('payments.refund'), line);
+  });
+
+  test('an onWarning that throws changes nothing of the decision', async () => {
+    const service = await scripted([WARNED]);
+    const onWarning = (): void => {
+      throw new Error('the handler fails');
+    };
+    const decision = await guardOf(service, { onWarning }).check('payments.refund', {});
+    assert.equal(decision.allowed, true);
+    assert.throws(() => guardOf(service, { onWarning: 'log' as unknown as () => void }), TypeError);
+  });
+});
+
 describe('guard.tool', () => {
   test('runs the handler only on an allow, with its arguments and this', async () => {
     const service = await scripted([ALLOWED, JSON.stringify({ allowed: false, outcome: 'denied', reason: 'no refunds today' })]);

@@ -5,6 +5,7 @@ and hand the outcome to :func:`judge`, so that no integration can drift from the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ class Case:
     service: dict[str, Any]
     runs: dict[str, bool]
     denial: dict[str, Any] = field(default_factory=dict)
+    #: the warn policies' warnings the guard surfaces (decisions §10)
+    warned: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def timeout(self) -> float:
@@ -85,3 +88,16 @@ def judge(case: Case, on_error: str, ran: bool, denial: str | None, key: str) ->
         assert denial == case.denial["is"]
     for part in case.denial.get("has", []):
         assert part in denial, f"{case.name}: {part!r} not in {denial!r}"
+
+
+def judge_warnings(case: Case, records: list[logging.LogRecord]) -> None:
+    """The Python guard's warnings: one WARNING on the ``agentauth`` logger for each of the
+    case's ``warned`` (naming its policy and reason), and no other."""
+    logged = [
+        r.getMessage() for r in records if r.name == "agentauth" and r.levelno == logging.WARNING
+    ]
+    assert len(logged) == len(case.warned), f"{case.name}: {logged}"
+    for message, wanted in zip(logged, case.warned, strict=True):
+        assert wanted["policyId"] in message, message
+        assert wanted["reason"] in message, message
+        assert f"would have {wanted['result']}" in message, message

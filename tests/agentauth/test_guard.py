@@ -4,6 +4,7 @@ runs only on an allow, and what each failure means with on_error "deny" and "all
 from __future__ import annotations
 
 import json
+import logging
 import math
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -11,8 +12,8 @@ from email.utils import format_datetime
 import anyio
 import pytest
 
-from agentauth import AsyncAuthzClient, AuthzClient, Guard, denied_result
-from tests.agentauth.cases import each_case, judge, stand_in
+from agentauth import AsyncAuthzClient, AuthzClient, Guard, PolicyWarning, denied_result
+from tests.agentauth.cases import each_case, judge, judge_warnings, stand_in
 from tests.agentauth.faults import faulty_service
 from tests.server import free_port
 
@@ -136,10 +137,12 @@ def _guarded_call(
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @each_case()
-def test_every_case_of_the_shared_table(case, on_error, asynchronous):
+def test_every_case_of_the_shared_table(case, on_error, asynchronous, caplog):
     """conformance/guard-cases.yaml, through a decorated handler, sync and async."""
+    caplog.set_level(logging.WARNING, logger="agentauth")
     with stand_in(case) as base:
         result, calls = _guarded_call(base, on_error, asynchronous, case.timeout)
+    judge_warnings(case, caplog.records)
     ran = calls.seen != []
     if ran:
         assert result == "create ran"
@@ -149,6 +152,23 @@ def test_every_case_of_the_shared_table(case, on_error, asynchronous):
         assert result["isError"] is True
         denial = result["content"][0]["text"]
     judge(case, on_error, ran, denial, KEY)
+
+
+def test_a_warn_policy_s_warning_is_kept_on_the_decision_and_logged_once(caplog):
+    answer = {
+        "allowed": True, "outcome": "allowed", "reason": "ok",
+        "warnings": [{"policyId": "p-1", "result": "denied", "reason": "no refunds on Sundays"}],
+    }  # fmt: skip
+    with faulty_service(200, json.dumps(answer).encode()) as (base, _):
+        guard = Guard(AuthzClient(base, KEY), "agent")
+        with caplog.at_level(logging.WARNING, logger="agentauth"):
+            decision = guard.check("payments.refund", {"amount": 5})
+    assert decision.allowed is True  # the real decision is followed
+    assert decision.warnings == (PolicyWarning("p-1", "denied", "no refunds on Sundays"),)
+    assert [r.getMessage() for r in caplog.records if r.name == "agentauth"] == [
+        "warn policy p-1 would have denied the call to payments.refund (the call was allowed): "
+        "no refunds on Sundays"
+    ]
 
 
 def test_a_body_trickled_past_the_deadline_counts_as_unreachable():

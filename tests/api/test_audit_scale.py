@@ -781,6 +781,16 @@ def test_stats_default_to_hours_over_the_last_day(client, admin_headers, clock, 
     assert instant(data[-1]["start"]) <= now
 
 
+def test_stats_up_to_the_first_instant_there_is_start_there(client, admin_headers, spread):
+    """A ``to`` near year 1 and no ``from``: the day before it is cut at the first instant a
+    date holds (it was a 500)."""
+    response = client.get(
+        "/v1/audit-logs/stats", query_string={"to": "0001-01-01T00:00:00Z"}, headers=admin_headers
+    )
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.json["data"] == []
+
+
 def test_stats_cover_the_whole_list(client, admin_headers, spread):
     """Summed over a range, the counts are the list's total of that range."""
     query = {"from": isoformat(t(0, 0, 0, 1)), "to": isoformat(t(5))}

@@ -15,7 +15,10 @@ import pytest
 from core.domain.redaction import MASK
 from tests.api.helpers import decide, make_agent, record_audit_entries
 
-COLUMNS = ["Timestamp", "Agent ID", "Tool", "Result", "Reason", "Latency (ms)", "Parameters"]
+COLUMNS = [
+    "Timestamp", "Agent ID", "Tool", "Result", "Reason", "Latency (ms)", "Parameters",
+    "Would-be result", "Would-be policy ID", "Would-be reason",
+]  # fmt: skip
 ALLOW_CALENDAR = [{"type": "tool_allowlist", "tools": ["calendar.*"]}]
 LIMIT = 5000
 TRUNCATION_HEADERS = ("X-Svc-Export-Truncated", "X-Svc-Export-Limit")

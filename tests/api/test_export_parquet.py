@@ -36,7 +36,7 @@ MEDIA_TYPE = "application/vnd.apache.parquet"
 COLUMNS = [
     "seq", "id", "agentId", "action", "toolName", "parameters", "result", "policyId",
     "ruleIndex", "reason", "latencyMs", "timestamp", "approvalId", "sessionId", "hash",
-    "entryHash", "erased",
+    "entryHash", "erased", "hashVersion", "wouldBe",
 ]  # fmt: skip
 ERASED = {"seq", "entryHash", "hash", "erased"}
 

@@ -110,6 +110,7 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ),
     ("GET", "/v1/policies"): Entry(ANY, id_field="agent_id"),
     ("GET", "/v1/policies/{id}"): Entry(ANY, path_kind=POLICY),
+    ("GET", "/v1/policies/{id}/shadow-report"): Entry(ANY, path_kind=POLICY),
     ("PATCH", "/v1/policies/{id}"): Entry(
         ADMIN,
         path_kind=POLICY,
@@ -855,6 +856,8 @@ def test_a_read_only_key_is_served_everything_else_within_its_workspace(world, o
     if entry.path_kind is not None and target == "own":
         if path.endswith("/usage"):  # what the agent's limits hold, not the agent itself
             assert isinstance(response.json["data"], list)
+        elif path.endswith("/shadow-report"):  # what the policy would have done
+            assert response.json["policyId"] == named
         else:
             assert response.json["id"] == named
     world.assert_nothing_of_b(response, {named} if named else set())

@@ -19,6 +19,7 @@ POLICY_FIELDS = {
     "rules",
     "priority",
     "enabled",
+    "mode",
     "managedBy",
     "createdAt",
     "updatedAt",

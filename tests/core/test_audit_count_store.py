@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 
 from core.config import Settings
 from core.domain import ids
+from core.domain.auditchain import ZERO_HASH, chain_hash
 from core.domain.auditcounts import DAY, HOUR, MINUTE
 from core.hotpath.recorder import Recorder
 from core.store import audit, auditcounts, auditstats, paced, retention
@@ -103,6 +105,53 @@ def _record(db: Database, rows: list[dict[str, Any]], per_batch: int) -> None:
         part = rows[first : first + per_batch]
         recorder.run(lambda batch, part=part: [batch.append_audit(row) for row in part])
     recorder.close()
+
+
+#: the columns migration 0010 adds to the log (decisions §10)
+COLUMNS_OF_0010 = (
+    "hash_version",
+    "would_result",
+    "would_policy_id",
+    "would_rule_index",
+    "would_reason",
+)
+
+
+def _before_0010(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the log held it before migration 0010: without its columns."""
+    return {name: value for name, value in row.items() if name not in COLUMNS_OF_0010}
+
+
+def _record_before_0010(db: Database, workspace_id: str, rows: list[dict[str, Any]]) -> None:
+    """Entries written as the recorder wrote them before migration 0010: chained on from the
+    workspace's head with the first field set (no would-be decision), and counted in a tally,
+    in one transaction."""
+    with db.engine.begin() as connection:
+        head = connection.execute(
+            sa.select(AuditHead.seq, AuditHead.hash).where(AuditHead.workspace_id == workspace_id)
+        ).first()
+        seq, previous = (head.seq, bytes.fromhex(head.hash)) if head else (0, ZERO_HASH)
+        written, tally = [], Counter[Any]()
+        for row in rows:
+            seq += 1
+            own = audit.leaf({**row, "hash_version": 1}).hash(seq)
+            previous = chain_hash(previous, own)
+            written.append(
+                {**_before_0010(row), "seq": seq, "entry_hash": own.hex(), "hash": previous.hex()}
+            )
+            tally[audit.signature(row)] += 1
+        connection.execute(sa.insert(AuditEntry.__table__), written)
+        top = {"workspace_id": workspace_id, "seq": seq, "hash": previous.hex()}
+        if head is None:
+            connection.execute(sa.insert(AuditHead.__table__).values(top))
+        else:
+            connection.execute(
+                sa.update(AuditHead.__table__)
+                .where(AuditHead.workspace_id == workspace_id)
+                .values(seq=seq, hash=previous.hex())
+            )
+        counts = {"workspace_id": workspace_id, "counts": auditcounts.tally_text(tally)}
+        connection.execute(auditcounts.TALLY, counts)
 
 
 def _counted(db: Database, workspace_id: str) -> list[Any]:
@@ -229,7 +278,7 @@ def test_migration_0006_counts_the_entries_written_before_it(tmp_path):
             if n % 10 == 0:  # erased: not counted
                 row.update({**audit.ERASED, "timestamp": row["timestamp"]})
         with db.engine.begin() as connection:
-            connection.execute(sa.insert(AuditEntry.__table__), rows)
+            connection.execute(sa.insert(AuditEntry.__table__), [_before_0010(r) for r in rows])
             head = {"workspace_id": workspace_id, "seq": len(rows), "hash": "0" * 64}
             connection.execute(sa.insert(AuditHead.__table__), head)
         upgrade(db)
@@ -255,9 +304,9 @@ def test_migration_0009_an_agent_of_a_log_before_it_is_deleted_after_it(tmp_path
         rows = _rows(workspace_id, 240, seed=5)
         for row in rows[::4]:
             row.update(agent_id=mine, agent_ref=mine)
-        _record(db, rows[:120], per_batch=6)
+        _record_before_0010(db, workspace_id, rows[:120])
         upgrade(db)
-        _record(db, rows[120:], per_batch=6)  # written after it, the same way
+        _record(db, rows[120:], per_batch=6)  # written after it, by the recorder
         with db.transaction(write=True) as session:
             agents.delete_agent(session, workspace_id, mine)
         with db.transaction() as session:

@@ -167,6 +167,13 @@ def _the_service_goes_on_with_the_migrated_chains(
             f"/v1/audit-logs/export?format=jsonl&seq_from={BUSY_ENTRIES + 1}", headers=headers
         ).get_json(force=True)
         assert (export["id"], export["seq"]) == (audit_id, BUSY_ENTRIES + 1)
+        # the migrated entries keep the first field set; those written now carry the second
+        # (decisions §10), and the chain goes on across the two
+        assert (export["hashVersion"], export["wouldBe"]) == (2, None)
+        oldest = client.get(
+            "/v1/audit-logs/export?format=jsonl&seq_from=1&seq_to=1", headers=headers
+        ).get_json(force=True)
+        assert (oldest["hashVersion"], oldest["wouldBe"]) == (1, None)
         checkpoint = client.get("/v1/audit-logs/checkpoint", headers=headers)
         checkpoints = folder / "busy.checkpoints"
         checkpoints.write_text(checkpoint.get_data(as_text=True), encoding="utf-8")

@@ -127,6 +127,60 @@ def test_an_entry_changed_in_the_export_alone_is_named_changed(log):
     assert failed_at(verdict, 5, "changed"), verdict
 
 
+def _with_would_be(log: AuditLog, calls: int) -> None:
+    """The log's agent gets a shadow policy denying calendar.read (before its allow, by
+    priority), then ``calls`` decisions: entries SIZE + 1 ... carry a would-be decision
+    (decisions §10)."""
+    body = {
+        "agent_id": log.agent, "name": "shadow", "mode": "shadow", "priority": 10,
+        "rules": [{"type": "tool_denylist", "tools": ["calendar.read"]}],
+    }  # fmt: skip
+    assert log.client.post("/v1/policies", json=body, headers=log.headers).status_code == 201
+    log.decide(calls)
+
+
+def test_a_changed_would_be_decision_is_named_changed_at_its_seq(log):
+    _with_would_be(log, 3)
+    tampered = SIZE + 2
+    assert line(log, tampered)["wouldBe"]["result"] == "denied"
+    both_pass(log, SIZE + 3)
+    with log.as_superuser() as session:
+        session.execute(update(AuditEntry).where(at(log, tampered)).values(would_result="allowed"))
+    assert line(log, tampered)["wouldBe"]["result"] == "allowed"  # the database took it
+    both_fail_at(log, tampered, "changed")
+
+
+def test_a_would_be_decision_taken_off_an_entry_is_named_changed(log):
+    _with_would_be(log, 2)
+    with log.as_superuser() as session:
+        session.execute(
+            update(AuditEntry)
+            .where(at(log, SIZE + 1))
+            .values(would_result=None, would_policy_id=None, would_rule_index=None,
+                    would_reason=None)
+        )  # fmt: skip
+    assert line(log, SIZE + 1)["wouldBe"] is None
+    both_fail_at(log, SIZE + 1, "changed")
+
+
+def test_an_entry_passed_off_as_one_of_the_first_hash_version_is_named_changed(log):
+    """Entries before decisions §10 are hashed without ``wouldBe``: moving a newer one to
+    version 1 (to hide its would-be decision from the hash) breaks the chain."""
+    assert line(log, 5)["hashVersion"] == 2
+    with log.as_superuser() as session:
+        session.execute(update(AuditEntry).where(at(log, 5)).values(hash_version=1))
+    both_fail_at(log, 5, "changed")
+
+
+def test_a_would_be_decision_changed_in_the_export_alone_is_named_changed(log):
+    _with_would_be(log, 2)
+    lines = log.export_body().decode().splitlines(keepends=True)
+    assert '"result":"denied"' in lines[SIZE]  # the would-be decision of entry SIZE + 1
+    lines[SIZE] = lines[SIZE].replace('"wouldBe":{', '"wouldBe":{"note":"x",')
+    verdict = log.verify_export(export=log.file("log.jsonl", "".join(lines)))
+    assert failed_at(verdict, SIZE + 1, "changed"), verdict
+
+
 # ---------------------------------------------------------------------------- missing
 
 

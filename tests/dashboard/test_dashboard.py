@@ -276,7 +276,7 @@ def test_agent_detail_shows_policies_in_evaluation_order_with_readable_rules(pag
     policies = page.locator("#policies tbody tr")
     expect(policies).to_have_count(3)
     expect(policies.nth(0)).to_contain_text("off")  # priority 90, disabled: listed, not counted
-    expect(policies.nth(0).locator(".badge")).to_have_text("disabled")
+    expect(policies.nth(0).locator(".badge")).to_have_text(["disabled", "enforce"])  # state, mode
     expect(policies.nth(1).locator("td").first).to_have_text("1")
     expect(policies.nth(1)).to_contain_text("payments")
     expect(policies.nth(2).locator("td").first).to_have_text("2")
@@ -1600,9 +1600,11 @@ def test_filters_start_a_new_walk_and_a_refused_cursor_starts_from_the_newest(pa
     assert "cursor=" not in page.url
 
 
-def bars(page: Page, result: str) -> list[tuple[str | None, str | None]]:
+def bars(
+    page: Page, result: str, chart: str = "#decisions-chart"
+) -> list[tuple[str | None, str | None]]:
     """(start, count) of the chart's bars of ``result``."""
-    drawn = page.locator(f"#decisions-chart g.series[data-result='{result}'] rect")
+    drawn = page.locator(f"{chart} g.series[data-result='{result}'] rect")
     return [
         (bar.get_attribute("data-start"), bar.get_attribute("data-count")) for bar in drawn.all()
     ]
@@ -1711,3 +1713,45 @@ def test_the_retention_panel_shows_the_last_prune_and_its_archive(page, world, t
     assert done.archive.name == f"{world.name}-1-5.jsonl.gz"
     # the list agrees: the pruned entries are gone from it
     expect(page.locator("#entries tbody td.seq")).to_have_text(["8", "7", "6"])
+
+
+def test_the_policy_page_shows_its_mode_what_it_would_have_done_and_a_chart(page, world):
+    """A shadow policy (decisions §10): marked on its agent's page and numbered in no
+    evaluation order; its page says what its mode does, its report and a chart of its would-be
+    results by day; the audit page notes each call it would have decided otherwise."""
+    agent = world.agent("tried", {"name": "everything", "rules": [{"type": "tool_allowlist"}]})
+    world.post("/v1/policies", {
+        "agent_id": agent, "name": "no-refunds", "priority": 10, "mode": "shadow",
+        "rules": [{"type": "tool_denylist", "tools": ["payments.refund"]}],
+    })  # fmt: skip
+    for tool in ("payments.refund", "search.web", "payments.refund"):
+        assert world.decide(agent, tool)["allowed"] is True  # the real decision
+    sign_in(page, world.admin)
+    page.goto(f"/dashboard/#/agents/{agent}")
+    row = page.locator("#policies tr[data-mode='shadow']")
+    expect(row.locator(".badge").last).to_have_text("shadow")
+    expect(row.locator("td").first).to_have_text("—")  # it decides no call
+    expect(page.locator("#policies tr[data-mode='enforce'] td").first).to_have_text("1")
+    row.get_by_role("link", name="no-refunds").click()
+    expect(page.locator("main h1")).to_contain_text("no-refunds")
+    expect(page.locator("main h1 .badge")).to_have_text("shadow")
+    expect(page.locator("main")).to_contain_text("calls are decided without it")
+    report = page.locator("#report")
+    for name, count in (("Calls with a would-be decision", "3"), ("Changed by this policy", "2"),
+                        ("… would deny", "2"), ("… would allow", "0")):  # fmt: skip
+        expect(report.locator(f"[data-count='{name}']")).to_have_text(count)
+    expect(page.locator("#report-tools tbody tr")).to_have_text(
+        [re.compile(r"payments\.refund\s*2\s*2"), re.compile(r"search\.web\s*1\s*0")]
+    )
+    expect(page.locator("#report-samples summary")).to_contain_text("2 calls it changed")
+    chart = page.locator("#would-be-chart svg")
+    expect(chart).to_have_attribute("data-bucket", "day")
+    today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00.000Z")
+    assert bars(page, "denied", "#would-be-chart") == [(today, "2")]
+    assert bars(page, "unchanged", "#would-be-chart") == [(today, "1")]
+    expect(page.locator("#would-be-title")).to_contain_text("2 denied, 1 unchanged")
+
+    page.goto("/dashboard/#/audit")
+    notes = page.locator("#entries .would-be")
+    expect(notes).to_have_count(2)
+    expect(notes.first).to_contain_text("would be denied by a policy tried")

@@ -56,6 +56,7 @@ from core.store import (
     keys,
     policies,
     retention,
+    shadow,
     sync_status,
     webhooks,
 )
@@ -350,6 +351,13 @@ def make_world(app: Any, client: Any, tenant: Tenant) -> World:
     assert decide(client, headers, agent, "read")["allowed"]
     escalated = decide(client, headers, agent, tool, amount=1)
     assert escalated["outcome"] == "escalated", escalated
+    # a policy on trial, which would deny the tool: the same call again has a would-be
+    # decision, counted under the tool (decisions §10); it waits for the same approval
+    trial = {"agent_id": agent, "name": f"trial-{tenant.name}", "mode": "shadow", "priority": 10,
+             "rules": [{"type": "tool_denylist", "tools": [tool]}]}  # fmt: skip
+    assert client.post("/v1/policies", json=trial, headers=headers).status_code == 201
+    again = decide(client, headers, agent, tool, amount=1)
+    assert again["approvalId"] == escalated["approvalId"], again
     with db.transaction() as session:
         audit_ids = session.scalars(select(AuditEntry.id).where(AuditEntry.workspace_id == wid))
         deliveries = session.scalars(
@@ -361,7 +369,7 @@ def make_world(app: Any, client: Any, tenant: Tenant) -> World:
             wid, agent, policy, escalated["approvalId"], key, hook.id, tuple(deliveries),
             tuple(audit_ids), tool, revision, bytes.fromhex(head.hash),
         )  # fmt: skip
-    assert len(world.audit) == 2
+    assert len(world.audit) == 3
     assert len(world.deliveries) == 1
     return world
 
@@ -445,6 +453,12 @@ READS: dict[str, Read] = {
     ),
     "core.hotpath.usage.usage": lambda s, me, other: usage(
         s, me.workspace, other.agent, NOW, "chat-1"
+    ),
+    "core.store.shadow.report": lambda s, me, other: shadow.report(
+        s, me.workspace, other.policy, NOW - timedelta(days=7), NOW
+    ),
+    "core.store.shadow.counts": lambda s, me, other: shadow.counts(
+        s, me.workspace, other.agent, None, None
     ),
 }
 #: reads whose answer holds no id or text of the objects behind it (a yes or no)

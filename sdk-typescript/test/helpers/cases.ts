@@ -33,6 +33,17 @@ export interface Case {
   };
   runs: { deny: boolean; allow: boolean };
   denial?: { is?: string; has?: string[] };
+  /** the warn policies' warnings the guard surfaces (through onWarning), each once */
+  warned?: Array<{ policyId: string; result: string; reason: string }>;
+}
+
+/** The guard's warnings: exactly the case's `warned`, in order. */
+export function judgeWarnings(c: Case, seen: Array<{ policyId: string; result: string; reason: string }>): void {
+  assert.deepEqual(
+    seen.map((w) => ({ policyId: w.policyId, result: w.result, reason: w.reason })),
+    c.warned ?? [],
+    `${c.name}: the warnings surfaced`,
+  );
 }
 
 export function loadCases(): Case[] {
