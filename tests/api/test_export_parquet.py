@@ -244,24 +244,31 @@ def test_serve_refuses_an_unknown_archive_format_saying_why(tmp_path):
 
 
 @pytest.mark.slow
-def test_serve_s_retention_writes_parquet_archives_when_set(database_url, workspace, app, tmp_path):
+def test_serve_s_retention_writes_parquet_archives_when_set(tmp_path, audit_key_file, clock):
     """Entries of 40 days ago and of now; serve with a retention of 30 days and
-    AGENTAUTH_AUDIT_ARCHIVE_FORMAT=parquet archives the old ones in both forms, then prunes."""
-    now = utc_now()
-    rows = aged_entries(workspace.id, 3, 5, now)
-    workspace.key("admin")  # the workspace exists
-    record_audit_entries(app, rows)
-    folder = tmp_path / "archive"
-    env = {
-        "AGENTAUTH_AUDIT_RETENTION_DAYS": "30",
-        "AGENTAUTH_AUDIT_ARCHIVE_DIR": str(folder),
-        "AGENTAUTH_AUDIT_ARCHIVE_FORMAT": "parquet",
-    }
-    with running_server(database_url, workers=1, env=env):
-        deadline = time.monotonic() + 30
-        while _pruned_to(app, workspace.id) != 3:
-            assert time.monotonic() < deadline, "nothing pruned within the deadline"
-            time.sleep(0.05)  # polling the database, bounded by the deadline
+    AGENTAUTH_AUDIT_ARCHIVE_FORMAT=parquet archives the old ones in both forms, then prunes.
+    On a database of its own: serve prunes every workspace at start, and the run's shared
+    database holds every other test's old entries (under load, more than the deadline)."""
+    with fresh_database(tmp_path) as url:
+        app = create_app(Settings(database_url=url, audit_key_file=audit_key_file), clock=clock)
+        try:
+            workspace = Tenant(app, f"retained-{secrets.token_hex(4)}", clock)
+            rows = aged_entries(workspace.id, 3, 5, utc_now())
+            workspace.key("admin")  # the workspace exists
+            record_audit_entries(app, rows)
+            folder = tmp_path / "archive"
+            env = {
+                "AGENTAUTH_AUDIT_RETENTION_DAYS": "30",
+                "AGENTAUTH_AUDIT_ARCHIVE_DIR": str(folder),
+                "AGENTAUTH_AUDIT_ARCHIVE_FORMAT": "parquet",
+            }
+            with running_server(url, workers=1, env=env):
+                deadline = time.monotonic() + 30
+                while _pruned_to(app, workspace.id) != 3:
+                    assert time.monotonic() < deadline, "nothing pruned within the deadline"
+                    time.sleep(0.05)  # polling the database, bounded by the deadline
+        finally:
+            app.extensions["agentauth"].close()
     stem = folder / f"{workspace.name}-1-3"
     archived = list(retention.read_archive(stem.with_suffix(".jsonl.gz")))
     assert [_as_jsonl(row) for row in _rows(stem.with_suffix(".parquet").read_bytes())] == archived
